@@ -1,0 +1,36 @@
+# The README's commands. `make run` and `make test` install what they need first.
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+APT_PACKAGES := s3fs rclone wrk fuse3
+
+.PHONY: install run test bench system-deps clean
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c constraints.txt -e '.[test,bench]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/orgmem serve
+
+# Debian packages the client tests drive (s3fs-fuse, rclone) and the benchmark uses (wrk).
+system-deps:
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+test: $(STAMP) system-deps
+	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
+
+bench: $(STAMP) system-deps
+	$(PY) bench/s3_bench.py $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) orgmem-data

@@ -1,0 +1,97 @@
+"""Builds the gateway's ASGI application from a Config: wires store, auth and protocols."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from .config import Config
+from .iam.authn import Authenticator
+from .iam.principals import RootCredentials
+from .logs import log
+from .s3.context import S3Context
+from .s3.server import S3App
+from .store.base import ObjectStore, StoreError
+from .store.local import LocalStore
+
+#: How often abandoned multipart uploads are looked for.
+UPLOAD_SWEEP_SECONDS = 3600
+
+
+@dataclass
+class Gateway:
+    """The whole ASGI application: health probes, the S3 protocol, background upkeep."""
+
+    config: Config
+    store: ObjectStore
+    s3: S3App
+    executor: ThreadPoolExecutor
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        if scope["type"] == "lifespan":
+            await self._lifespan(receive, send)
+        elif scope["type"] == "http":
+            path = scope["path"]
+            if path in ("/health", "/ready") and scope["method"] in ("GET", "HEAD") \
+                    and not scope.get("query_string"):
+                await self._probe(path, send)
+            else:
+                await self.s3(scope, receive, send)
+
+    async def _probe(self, path: str, send) -> None:
+        status, body = 200, {"status": "ok"}
+        if path == "/ready":
+            try:
+                await asyncio.get_running_loop().run_in_executor(self.executor, self.store.check)
+                body = {"status": "ready", "store": "reachable"}
+            except StoreError as exc:
+                status, body = 503, {"status": "unavailable", "store": exc.message}
+        data = json.dumps(body).encode()
+        await send({"type": "http.response.start", "status": status, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(data)).encode())]})
+        await send({"type": "http.response.body", "body": data})
+
+    async def _lifespan(self, receive, send) -> None:
+        sweeper = None
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                sweeper = asyncio.create_task(self._sweep_uploads())
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                if sweeper:
+                    sweeper.cancel()
+                self.executor.shutdown(wait=True, cancel_futures=True)
+                self.store.close()
+                log.info("stopped")
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    async def _sweep_uploads(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            cutoff = time.time() - self.config.upload_expiry
+            try:
+                removed = await loop.run_in_executor(self.executor, self.store.expire_uploads, cutoff)
+                if removed:
+                    log.info("uploads_expired", count=removed)
+            except StoreError as exc:
+                log.warning("upload_sweep_failed", error=exc.message)
+            await asyncio.sleep(min(UPLOAD_SWEEP_SECONDS, max(1, self.config.upload_expiry // 4)))
+
+
+def open_store(config: Config) -> ObjectStore:
+    return LocalStore(Path(config.data) / "store")
+
+
+def build(config: Config, access_key: str, secret_key: str) -> Gateway:
+    store = open_store(config)
+    executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="orgmem")
+    ctx = S3Context(store=store, region=config.region)
+    authenticator = Authenticator(RootCredentials(access_key, secret_key))
+    s3 = S3App(ctx, authenticator, executor, domain=config.domain)
+    return Gateway(config, store, s3, executor)

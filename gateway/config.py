@@ -1,0 +1,89 @@
+"""One Config for the gateway: flags > ORGMEM_* environment > TOML file > defaults."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any, Mapping
+
+
+@dataclass
+class Config:
+    host: str = "127.0.0.1"
+    port: int = 9000
+    data: str = "./orgmem-data"
+    domain: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    region: str = "us-east-1"
+    #: abandoned multipart uploads older than this many seconds are aborted
+    upload_expiry: int = 7 * 24 * 3600
+    #: worker threads that run storage calls
+    threads: int = 64
+    log_level: str = "info"
+    root_access_key: str | None = None
+    root_secret_key: str | None = None
+
+    def __repr__(self) -> str:  # never print secrets
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if "secret" not in f.name}
+        return f"Config({shown})"
+
+    @classmethod
+    def load(cls, flags: Mapping[str, Any] | None = None, config_file: str | None = None,
+             env: Mapping[str, str] | None = None) -> "Config":
+        """Merge the four sources; unknown keys in the TOML file are an error, not ignored."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        path = config_file or env.get("ORGMEM_CONFIG")
+        if path:
+            values.update(_read_toml(Path(path)))
+        for f in fields(cls):
+            raw = env.get(f"ORGMEM_{f.name.upper()}")
+            if raw not in (None, ""):
+                values[f.name] = raw
+        values.update({k: v for k, v in (flags or {}).items() if v is not None})
+        config = cls()
+        for f in fields(cls):
+            if f.name in values:
+                setattr(config, f.name, _coerce(f.name, f.type, values[f.name]))
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if bool(self.tls_cert) != bool(self.tls_key):
+            raise ValueError("--tls-cert and --tls-key must be given together")
+        if not 0 < self.port < 65536:
+            raise ValueError(f"port {self.port} is not between 1 and 65535")
+        if bool(self.root_access_key) != bool(self.root_secret_key):
+            raise ValueError("ORGMEM_ROOT_ACCESS_KEY and ORGMEM_ROOT_SECRET_KEY must be set together")
+
+    @property
+    def scheme(self) -> str:
+        return "https" if self.tls_cert else "http"
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as fh:
+            data = tomllib.load(fh)
+    except FileNotFoundError:
+        raise ValueError(f"config file {path} does not exist") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"config file {path} is not valid TOML: {exc}") from None
+    data = {k.replace("-", "_"): v for k, v in data.items()}
+    known = {f.name for f in fields(Config)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"config file {path} has unknown keys: {', '.join(unknown)}")
+    return data
+
+
+def _coerce(name: str, kind: Any, value: Any) -> Any:
+    if "int" in str(kind) and not isinstance(value, int):
+        try:
+            return int(value)
+        except ValueError:
+            raise ValueError(f"{name} must be an integer, not {value!r}") from None
+    return value

@@ -1,0 +1,79 @@
+"""Authentication shared by the S3 protocol and the REST API.
+
+Three ways to prove an identity, checked in this order: a presigned URL, a
+SigV4 Authorization header, and ``Authorization: Bearer <access>:<secret>`` for
+simple REST clients. The result names the principal; what it may do is for
+the policy engine that follows (the identities issue).
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
+
+from ..s3 import sigv4
+from ..s3.sigv4 import AuthError, SigningContext
+from .principals import CredentialStore, Principal
+
+UNSIGNED = "UNSIGNED-PAYLOAD"
+
+
+@dataclass(frozen=True)
+class Authenticated:
+    principal: Principal
+    #: how the body is protected: a hex SHA-256, UNSIGNED-PAYLOAD or a STREAMING-* mode
+    payload_hash: str
+    signing: SigningContext | None
+
+
+class Authenticator:
+    def __init__(self, credentials: CredentialStore, clock: Callable[[], float] = time.time) -> None:
+        self._credentials = credentials
+        self._clock = clock
+
+    def authenticate(self, method: str, raw_path: str, raw_query: str,
+                     query: Sequence[tuple[str, str]], headers: Mapping[str, str]) -> Authenticated:
+        authorization = headers.get("authorization", "")
+        if sigv4.is_presigned(query):
+            if authorization:
+                raise AuthError("InvalidArgument", "Only one auth mechanism allowed; only the "
+                                "X-Amz-Algorithm query parameter or the Authorization header may be "
+                                "specified.", 400)
+            return self._sigv4(sigv4.parse_presigned(query), method, raw_path, raw_query, headers)
+        if authorization.startswith("AWS4-HMAC-SHA256"):
+            return self._sigv4(sigv4.parse_authorization(headers), method, raw_path, raw_query, headers)
+        if authorization.startswith("Bearer "):
+            return self._bearer(authorization[len("Bearer "):].strip())
+        if authorization.startswith("AWS "):
+            raise AuthError("InvalidRequest", "Signature Version 2 is not supported; sign requests "
+                            "with AWS Signature Version 4.", 400)
+        if "X-Amz-Credential" in dict(query) or "Signature" in dict(query):
+            raise AuthError("AuthorizationQueryParametersError", "Query-string authentication must "
+                            "use AWS Signature Version 4 (X-Amz-Algorithm=AWS4-HMAC-SHA256).", 400)
+        raise AuthError("AccessDenied", "Anonymous access is not allowed: sign the request with "
+                        "an access key.")
+
+    def _lookup(self, access_key: str) -> tuple[Principal, str]:
+        found = self._credentials.lookup(access_key)
+        if found is None:
+            raise AuthError("InvalidAccessKeyId", "The AWS Access Key Id you provided does not "
+                            "exist in our records.")
+        return found
+
+    def _sigv4(self, signed: sigv4.SignedRequest, method: str, raw_path: str, raw_query: str,
+               headers: Mapping[str, str]) -> Authenticated:
+        principal, secret = self._lookup(signed.access_key)
+        context = sigv4.verify(signed, secret, method, raw_path, raw_query, headers, self._clock())
+        return Authenticated(principal, signed.payload_hash, context)
+
+    def _bearer(self, token: str) -> Authenticated:
+        access_key, sep, secret = token.partition(":")
+        if not sep or not access_key or not secret:
+            raise AuthError("InvalidRequest", "A bearer token has the form <access_key>:<secret_key>.", 400)
+        principal, expected = self._lookup(access_key)
+        if not hmac.compare_digest(secret.encode(), expected.encode()):
+            raise AuthError("SignatureDoesNotMatch", "The secret key in the bearer token is not "
+                            "the one for this access key.")
+        return Authenticated(principal, UNSIGNED, None)

@@ -1,0 +1,36 @@
+"""Who is calling: principals and the credentials that prove it."""
+
+from __future__ import annotations
+
+import hmac
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class Principal:
+    """An authenticated caller. The identities issue adds teams and policies."""
+
+    name: str
+    access_key: str
+    is_root: bool = False
+    teams: tuple[str, ...] = field(default=())
+
+
+class CredentialStore(Protocol):
+    """Looks up the secret behind an access key; None when the key is unknown or disabled."""
+
+    def lookup(self, access_key: str) -> tuple[Principal, str] | None: ...
+
+
+class RootCredentials:
+    """The gateway's root identity; the only one until the identities issue adds more."""
+
+    def __init__(self, access_key: str, secret_key: str) -> None:
+        self._principal = Principal("root", access_key, is_root=True)
+        self._secret = secret_key
+
+    def lookup(self, access_key: str) -> tuple[Principal, str] | None:
+        if hmac.compare_digest(access_key.encode(), self._principal.access_key.encode()):
+            return self._principal, self._secret
+        return None

@@ -1,0 +1,50 @@
+"""Structured logs: one JSON object per line, on stderr.
+
+Hand-rolled rather than ``logging`` because the access log is on the hot
+path of every request. Callers pass fields, never whole requests, so secrets
+(signatures, keys, query strings of presigned URLs) cannot slip in.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from typing import Any, TextIO
+
+LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
+
+
+class JsonLog:
+    def __init__(self, stream: TextIO | None = None, level: str = "info") -> None:
+        self._stream = stream or sys.stderr
+        self._level = LEVELS.get(level, 20)
+        self._lock = threading.Lock()
+
+    def log(self, level: str, event: str, **fields: Any) -> None:
+        if LEVELS[level] < self._level:
+            return
+        record = {"ts": round(time.time(), 3), "level": level, "event": event}
+        record.update(fields)
+        line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
+        with self._lock:
+            self._stream.write(line)
+            self._stream.flush()
+
+    def info(self, event: str, **fields: Any) -> None:
+        self.log("info", event, **fields)
+
+    def warning(self, event: str, **fields: Any) -> None:
+        self.log("warning", event, **fields)
+
+    def error(self, event: str, **fields: Any) -> None:
+        self.log("error", event, **fields)
+
+
+log = JsonLog()
+
+
+def configure(level: str) -> None:
+    global log
+    log._level = LEVELS.get(level, 20)

@@ -1,0 +1,182 @@
+"""Request bodies: from ASGI messages to a sync reader, then through the wire-format readers.
+
+Handlers and stores are synchronous and run in worker threads; the body arrives
+on the event loop. ``ReceiveReader`` bridges the two with bounded buffering,
+so a 5 GiB upload holds at most a few MiB in memory. The pipeline built by
+``decode_body`` mirrors the wire: aws-chunked framing and chunk signatures,
+then the signed payload hash, then Content-MD5 and x-amz-checksum-* values.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+from typing import Awaitable, Callable
+
+from .errors import S3Error
+
+#: How much one hop to the event loop gathers before handing bytes to the worker.
+PULL_SIZE = 1024 * 1024
+
+
+class BufferedBody:
+    """A body that was small enough to receive before the handler ran."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = memoryview(data)
+        self._pos = 0
+
+    def read(self, n: int = -1) -> bytes:
+        end = len(self._data) if n < 0 else min(len(self._data), self._pos + n)
+        chunk = bytes(self._data[self._pos:end])
+        self._pos = end
+        return chunk
+
+
+class ReceiveReader:
+    """Reads an ASGI request body from a worker thread.
+
+    Each ``read`` that finds the buffer empty schedules one coroutine on the
+    loop that gathers up to ``PULL_SIZE`` bytes, so large uploads cost one
+    thread hop per MiB rather than one per socket read.
+    """
+
+    def __init__(self, receive: Callable[[], Awaitable[dict]], loop: asyncio.AbstractEventLoop,
+                 expected: int | None) -> None:
+        self._receive = receive
+        self._loop = loop
+        self._expected = expected
+        self._buffer = b""
+        self._more = True
+        self._received = 0
+
+    async def _pull(self) -> bytes:
+        chunks, size = [], 0
+        while self._more and size < PULL_SIZE:
+            message = await self._receive()
+            if message["type"] == "http.disconnect":
+                raise S3Error("IncompleteBody", "The client closed the connection before sending "
+                              "the whole body; nothing was written.")
+            chunk = message.get("body", b"")
+            if chunk:
+                chunks.append(chunk)
+                size += len(chunk)
+            self._more = message.get("more_body", False)
+        return b"".join(chunks)
+
+    def read(self, n: int = -1) -> bytes:
+        while (n < 0 or len(self._buffer) < n) and self._more:
+            data = asyncio.run_coroutine_threadsafe(self._pull(), self._loop).result()
+            self._received += len(data)
+            self._buffer += data
+            if n > 0 and self._buffer:
+                break
+        if n < 0 or n >= len(self._buffer):
+            chunk, self._buffer = self._buffer, b""
+        else:
+            chunk, self._buffer = self._buffer[:n], self._buffer[n:]
+        if not chunk and self._expected is not None and self._received < self._expected:
+            raise S3Error("IncompleteBody", "You did not provide the number of bytes specified "
+                          "by the Content-Length HTTP header.")
+        return chunk
+
+
+class Sha256CheckReader:
+    """Verifies a body against the SHA-256 the client signed (x-amz-content-sha256)."""
+
+    def __init__(self, source, expected_hex: str) -> None:
+        self._source = source
+        self._expected = expected_hex.lower()
+        self._hash = hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self._source.read(n)
+        if chunk:
+            self._hash.update(chunk)
+        elif not hmac.compare_digest(self._hash.hexdigest(), self._expected):
+            raise S3Error("XAmzContentSHA256Mismatch",
+                          "The provided 'x-amz-content-sha256' header does not match what was computed.")
+        return chunk
+
+
+class LimitedReader:
+    """Refuses bodies larger than a limit (for XML request bodies read into memory)."""
+
+    def __init__(self, source, limit: int) -> None:
+        self._source = source
+        self._left = limit
+
+    def read_all(self) -> bytes:
+        parts = []
+        while True:
+            chunk = self._source.read(64 * 1024)
+            if not chunk:
+                return b"".join(parts)
+            self._left -= len(chunk)
+            if self._left < 0:
+                raise S3Error("MalformedXML", "The XML you provided is too large.")
+            parts.append(chunk)
+
+
+def upload_stream(req) -> tuple[object, Callable[[], dict[str, str]]]:
+    """The decoded, verified body of an upload, and a finalizer returning its checksums.
+
+    Reading the returned stream to its end raises if anything does not match:
+    chunk or trailer signatures, the signed SHA-256, Content-MD5, or an
+    x-amz-checksum-* value (from a header or a trailer).
+    """
+    from .checksums import VerifyingReader, checksum_request
+    from .chunked import AwsChunkedReader
+
+    mode = req.payload_hash or "UNSIGNED-PAYLOAD"
+    source = req.body if req.body is not None else BufferedBody(b"")
+    expected_size = _int_header(req, "content-length")
+    chunked = None
+    if mode.startswith("STREAMING-"):
+        if mode not in STREAMING_MODES:
+            raise S3Error("InvalidArgument", f"x-amz-content-sha256 {mode} is not a payload mode "
+                          "this gateway knows.")
+        expected_size = _int_header(req, "x-amz-decoded-content-length")
+        if expected_size is None:
+            raise S3Error("MissingContentLength", "An aws-chunked upload must send "
+                          "x-amz-decoded-content-length.", 411)
+        signing = req.signing if "HMAC" in mode else None
+        chunked = AwsChunkedReader(source, signing=signing, trailer=mode.endswith("-TRAILER"),
+                                   decoded_length=expected_size)
+        source = chunked
+    elif mode != "UNSIGNED-PAYLOAD":
+        source = Sha256CheckReader(source, mode)
+    algorithms, expected = checksum_request(req.headers)
+    algorithms = list(dict.fromkeys([*algorithms, *req.extra_checksums]))
+
+    def expected_values() -> dict[str, str]:
+        values = dict(expected)
+        if chunked is not None:
+            values.update({k[len("x-amz-checksum-"):].upper(): v for k, v in chunked.trailers.items()
+                           if k.startswith("x-amz-checksum-")})
+        return values
+
+    verifying = VerifyingReader(source, content_md5=req.header("content-md5"), algorithms=algorithms,
+                                expected=expected_values, expected_size=expected_size)
+    return verifying, lambda: dict(verifying.checksums)
+
+
+STREAMING_MODES = frozenset({
+    "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
+    "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
+    "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
+})
+
+
+def _int_header(req, name: str) -> int | None:
+    value = req.header(name)
+    if value is None:
+        return None
+    try:
+        size = int(value)
+    except ValueError:
+        raise S3Error("InvalidArgument", f"The {name} header must be a non-negative integer.") from None
+    if size < 0:
+        raise S3Error("InvalidArgument", f"The {name} header must be a non-negative integer.")
+    return size

@@ -1,0 +1,1 @@
+"""Thin S3 operation handlers: parse the request, call the store, render the answer."""

@@ -1,0 +1,214 @@
+"""Multipart uploads: Create, UploadPart, UploadPartCopy, Complete, Abort, ListParts, ListMultipartUploads."""
+
+from __future__ import annotations
+
+import base64
+from typing import Sequence
+
+from ...store.base import ObjectMeta, PartInfo
+from ..body import LimitedReader, upload_stream
+from ..checksums import ALGORITHMS, composite
+from ..conditions import check_read, write_condition
+from ..context import S3Context
+from ..errors import S3Error
+from ..message import Request, Response
+from ..metadata import meta_from_headers
+from ..names import check_key
+from ..xml import children, child_text, document, element, iso8601, parse
+from .objects import parse_copy_source
+
+MAX_PART_NUMBER = 10_000
+MAX_PART_SIZE = 5 * 1024**3
+
+
+def create_upload(ctx: S3Context, req: Request) -> Response:
+    check_key(req.key)
+    meta = meta_from_headers(req.headers)
+    algorithm = (req.header("x-amz-checksum-algorithm") or "").upper()
+    headers = []
+    if algorithm:
+        if algorithm not in ALGORITHMS:
+            raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm} is not supported; use "
+                          f"one of {', '.join(ALGORITHMS)}.")
+        checksum_type = (req.header("x-amz-checksum-type") or "COMPOSITE").upper()
+        if checksum_type != "COMPOSITE":
+            raise S3Error("InvalidRequest", "Only the COMPOSITE checksum type is supported for "
+                          "multipart uploads.")
+        meta.checksums = {algorithm: ""}
+        meta.checksum_type = checksum_type
+        headers += [("x-amz-checksum-algorithm", algorithm), ("x-amz-checksum-type", checksum_type)]
+    upload = ctx.store.create_multipart(req.bucket, req.key, meta)
+    return Response(200, [("content-type", "application/xml"), *headers], document(
+        "InitiateMultipartUploadResult",
+        [element("Bucket", req.bucket), element("Key", req.key), element("UploadId", upload.upload_id)]))
+
+
+def _part_number(req: Request) -> int:
+    try:
+        number = int(req.query.get("partNumber", ""))
+    except ValueError:
+        number = 0
+    if not 1 <= number <= MAX_PART_NUMBER:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000, inclusive.",
+                      ArgumentName="partNumber", ArgumentValue=req.query.get("partNumber", ""))
+    return number
+
+
+def upload_part(ctx: S3Context, req: Request) -> Response:
+    number = _part_number(req)
+    size = req.header("x-amz-decoded-content-length") or req.header("content-length")
+    if size is not None and int(size) > MAX_PART_SIZE:
+        raise S3Error("EntityTooLarge", "A part may be at most 5 GiB.")
+    upload = ctx.store.get_upload(req.bucket, req.key, req.query["uploadId"])
+    # The upload's declared algorithm is computed even when a client sends no part checksum,
+    # so the completed object always gets its composite checksum.
+    req.extra_checksums = tuple(upload.meta.checksums)
+    body, finalize = upload_stream(req)
+    part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, body, finalize)
+    headers = [("etag", f'"{part.etag}"')]
+    headers += [(f"x-amz-checksum-{a.lower()}", v) for a, v in part.checksums.items()]
+    return Response(200, headers)
+
+
+def upload_part_copy(ctx: S3Context, req: Request) -> Response:
+    number = _part_number(req)
+    src_bucket, src_key = parse_copy_source(req.header("x-amz-copy-source", ""))
+    ctx.store.get_upload(req.bucket, req.key, req.query["uploadId"])
+    source = ctx.store.head_object(src_bucket, src_key)
+    check_read(source, req.headers, prefix="x-amz-copy-source-")
+    start, end = _copy_range(req.header("x-amz-copy-source-range"), source.size)
+    if end - start > MAX_PART_SIZE:
+        raise S3Error("EntityTooLarge", "A part may be at most 5 GiB.")
+    reader = ctx.store.open_object(src_bucket, src_key, start, end)
+    try:
+        if reader.info.etag != source.etag:
+            raise S3Error("PreconditionFailed", "The source object changed during the copy; retry.")
+        part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, reader)
+    finally:
+        reader.close()
+    return Response.xml(document("CopyPartResult", [
+        element("LastModified", iso8601(part.last_modified)), element("ETag", f'"{part.etag}"')]))
+
+
+def _copy_range(value: str | None, size: int) -> tuple[int, int]:
+    if value is None:
+        return 0, size
+    spec = value.strip()
+    try:
+        if not spec.startswith("bytes="):
+            raise ValueError
+        first, last = spec[6:].split("-", 1)
+        start, end = int(first), int(last) + 1
+    except ValueError:
+        raise S3Error("InvalidArgument", "The x-amz-copy-source-range value must be of the form "
+                      "bytes=first-last where first and last are the zero-based offsets of the first "
+                      "and last bytes to copy.") from None
+    if start < 0 or end <= start or end > size:
+        raise S3Error("InvalidRange", f"The x-amz-copy-source-range {spec} is not within the "
+                      f"source object's {size} bytes.")
+    return start, end
+
+
+def complete_upload(ctx: S3Context, req: Request) -> Response:
+    body, _ = upload_stream(req)
+    root = parse(LimitedReader(body, 4 * 1024 * 1024).read_all())
+    nodes = children(root, "Part")
+    if not nodes:
+        raise S3Error("MalformedXML", "CompleteMultipartUpload must list at least one Part.")
+    parts, claimed = [], {}
+    for node in nodes:
+        try:
+            number = int(child_text(node, "PartNumber") or "")
+        except ValueError:
+            raise S3Error("MalformedXML", "Every Part needs an integer PartNumber.") from None
+        parts.append((number, (child_text(node, "ETag") or "").strip('"')))
+        claimed[number] = {a: child_text(node, f"Checksum{a}") for a in ALGORITHMS
+                           if child_text(node, f"Checksum{a}")}
+    info = ctx.store.complete_multipart(
+        req.bucket, req.key, req.query["uploadId"], parts, write_condition(req.headers),
+        meta_update=lambda meta, chosen: _with_checksum(meta, chosen, claimed))
+    headers = [(f"x-amz-checksum-{a.lower()}", v) for a, v in info.meta.checksums.items()]
+    fields = [element("Location", f"/{req.bucket}/{req.key}"), element("Bucket", req.bucket),
+              element("Key", req.key), element("ETag", f'"{info.etag}"')]
+    fields += [element(f"Checksum{a}", v) for a, v in info.meta.checksums.items()]
+    if info.meta.checksum_type:
+        fields.append(element("ChecksumType", info.meta.checksum_type))
+    return Response(200, [("content-type", "application/xml"), *headers],
+                    document("CompleteMultipartUploadResult", fields))
+
+
+def _with_checksum(meta: ObjectMeta, chosen: Sequence[PartInfo], claimed: dict) -> ObjectMeta:
+    """The composite checksum of the chosen parts, after checking what the client claimed."""
+    for part in chosen:
+        for algorithm, value in claimed.get(part.part_number, {}).items():
+            if part.checksums.get(algorithm) not in (None, value):
+                raise S3Error("InvalidPart", f"The {algorithm} checksum of part {part.part_number} "
+                              "does not match the part that was uploaded.")
+    algorithms = [a for a in meta.checksums]
+    meta.checksums = {}
+    for algorithm in algorithms:
+        digests = [p.checksums.get(algorithm) for p in chosen]
+        if all(digests):
+            meta.checksums[algorithm] = composite(algorithm, [base64.b64decode(d) for d in digests])
+        else:
+            raise S3Error("InvalidRequest", f"The upload was created with {algorithm} checksums, "
+                          "but some parts were uploaded without one.")
+    if not meta.checksums:
+        meta.checksum_type = None
+    return meta
+
+
+def abort_upload(ctx: S3Context, req: Request) -> Response:
+    ctx.store.abort_multipart(req.bucket, req.key, req.query["uploadId"])
+    return Response(204)
+
+
+def _int_param(req: Request, name: str, default: int, upper: int) -> int:
+    try:
+        value = int(req.query.get(name, default))
+    except ValueError:
+        raise S3Error("InvalidArgument", f"{name} must be an integer.") from None
+    if value < 0:
+        raise S3Error("InvalidArgument", f"{name} must not be negative.")
+    return min(value, upper)
+
+
+def list_parts(ctx: S3Context, req: Request) -> Response:
+    upload_id = req.query["uploadId"]
+    limit = _int_param(req, "max-parts", 1000, 1000)
+    marker = _int_param(req, "part-number-marker", 0, MAX_PART_NUMBER)
+    parts = [p for p in ctx.store.list_parts(req.bucket, req.key, upload_id) if p.part_number > marker]
+    page, truncated = parts[:limit], len(parts) > limit
+    body = [element("Bucket", req.bucket), element("Key", req.key), element("UploadId", upload_id),
+            element("PartNumberMarker", marker),
+            element("NextPartNumberMarker", page[-1].part_number if page else marker),
+            element("MaxParts", limit), element("IsTruncated", str(truncated).lower()),
+            "<Initiator>" + element("ID", ctx.owner_id) + element("DisplayName", ctx.owner_name)
+            + "</Initiator>", ctx.owner_xml(), "<StorageClass>STANDARD</StorageClass>"]
+    for p in page:
+        body.append("<Part>" + element("PartNumber", p.part_number)
+                    + element("LastModified", iso8601(p.last_modified))
+                    + element("ETag", f'"{p.etag}"') + element("Size", p.size)
+                    + "".join(element(f"Checksum{a}", v) for a, v in p.checksums.items()) + "</Part>")
+    return Response.xml(document("ListPartsResult", body))
+
+
+def list_uploads(ctx: S3Context, req: Request) -> Response:
+    limit = _int_param(req, "max-uploads", 1000, 1000)
+    key_marker = req.query.get("key-marker", "")
+    id_marker = req.query.get("upload-id-marker", "")
+    uploads = [u for u in ctx.store.list_uploads(req.bucket, req.query.get("prefix", ""))
+               if (u.key, u.upload_id if id_marker else "") > (key_marker, id_marker) or not key_marker]
+    page, truncated = uploads[:limit], len(uploads) > limit
+    body = [element("Bucket", req.bucket), element("KeyMarker", key_marker),
+            element("UploadIdMarker", id_marker),
+            element("NextKeyMarker", page[-1].key if truncated else ""),
+            element("NextUploadIdMarker", page[-1].upload_id if truncated else ""),
+            element("Prefix", req.query.get("prefix", "")),
+            element("MaxUploads", limit), element("IsTruncated", str(truncated).lower())]
+    for u in page:
+        body.append("<Upload>" + element("Key", u.key) + element("UploadId", u.upload_id)
+                    + "<Initiator>" + element("ID", ctx.owner_id) + element("DisplayName", ctx.owner_name)
+                    + "</Initiator>" + ctx.owner_xml() + "<StorageClass>STANDARD</StorageClass>"
+                    + element("Initiated", iso8601(u.initiated)) + "</Upload>")
+    return Response.xml(document("ListMultipartUploadsResult", body))

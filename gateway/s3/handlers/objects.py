@@ -1,0 +1,194 @@
+"""PutObject, GetObject, HeadObject, DeleteObject, DeleteObjects, CopyObject."""
+
+from __future__ import annotations
+
+from urllib.parse import unquote
+
+from ...store.base import NoSuchBucket, ObjectInfo, ObjectMeta
+from ..body import LimitedReader, upload_stream
+from ..conditions import check_read, parse_range, write_condition
+from ..context import S3Context
+from ..errors import S3Error, from_exception
+from ..message import Request, Response
+from ..metadata import apply_overrides, meta_from_headers, object_headers
+from ..names import check_bucket_name, check_key
+from ..xml import children, child_text, document, element, iso8601, parse
+
+MAX_DELETE_KEYS = 1000
+
+
+def put_object(ctx: S3Context, req: Request) -> Response:
+    check_key(req.key)
+    _check_size(ctx, req)
+    meta = meta_from_headers(req.headers)
+    condition = write_condition(req.headers)
+    body, finalize = upload_stream(req)
+    info = ctx.store.put_object(req.bucket, req.key, body, meta, condition, finalize)
+    return Response(200, [("etag", f'"{info.etag}"'), *_checksum_headers(info.meta)])
+
+
+def _check_size(ctx: S3Context, req: Request) -> None:
+    size = req.header("x-amz-decoded-content-length") or req.header("content-length")
+    if size is None and "chunked" not in (req.header("transfer-encoding") or ""):
+        raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.")
+    if size is not None and int(size) > ctx.max_object_size:
+        raise S3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed object "
+                      "size of 5 GiB; use a multipart upload.")
+
+
+def _checksum_headers(meta: ObjectMeta) -> list[tuple[str, str]]:
+    return [(f"x-amz-checksum-{alg.lower()}", value) for alg, value in meta.checksums.items()]
+
+
+def get_object(ctx: S3Context, req: Request) -> Response:
+    return _read_object(ctx, req, with_body=True)
+
+
+def head_object(ctx: S3Context, req: Request) -> Response:
+    return _read_object(ctx, req, with_body=False)
+
+
+def _read_object(ctx: S3Context, req: Request, with_body: bool) -> Response:
+    _check_version(req)
+    check_key(req.key)
+    wants_range = "range" in req.headers or "partNumber" in req.query
+    reader = None
+    if with_body and not wants_range:
+        reader = ctx.store.open_object(req.bucket, req.key)
+        info = reader.info
+    else:
+        info = ctx.store.head_object(req.bucket, req.key)
+    try:
+        check_read(info, req.headers)
+        span = _requested_span(info, req)
+        headers = object_headers(info, with_checksums=span is None and _checksum_mode(req))
+        status, length = 200, info.size
+        if span is not None:
+            start, end = span
+            status, length = 206, end - start
+            headers.append(("content-range", f"bytes {start}-{end - 1}/{info.size}"))
+            if with_body:
+                reader = ctx.store.open_object(req.bucket, req.key, start, end)
+                if reader.info.etag != info.etag:
+                    reader.close()
+                    raise S3Error("PreconditionFailed", "The object changed while it was being read; retry.")
+        elif with_body and reader is None:
+            reader = ctx.store.open_object(req.bucket, req.key)
+        headers = apply_overrides(headers, req.query)
+        headers.append(("content-length", str(length)))
+    except BaseException:
+        if reader is not None:
+            reader.close()
+        raise
+    return Response(status, headers, stream=reader if with_body else None, length=length)
+
+
+def _checksum_mode(req: Request) -> bool:
+    return (req.header("x-amz-checksum-mode") or "").upper() == "ENABLED"
+
+
+def _requested_span(info: ObjectInfo, req: Request) -> tuple[int, int] | None:
+    part = req.query.get("partNumber")
+    if part is None:
+        return parse_range(req.header("range"), info.size)
+    try:
+        number = int(part)
+    except ValueError:
+        raise S3Error("InvalidArgument", "Part number must be an integer between 1 and 10000.") from None
+    sizes = list(info.part_sizes) or [info.size]
+    if not 1 <= number <= len(sizes):
+        raise S3Error("InvalidPartNumber" if number > 0 else "InvalidArgument",
+                      "The requested partnumber is not satisfiable", 416)
+    start = sum(sizes[:number - 1])
+    if not info.part_sizes:
+        return None
+    return start, start + sizes[number - 1]
+
+
+def _check_version(req: Request) -> None:
+    version = req.query.get("versionId")
+    if version not in (None, "null"):
+        raise S3Error("InvalidArgument", "Invalid version id specified: versioning is not enabled "
+                      "on this gateway.")
+
+
+def delete_object(ctx: S3Context, req: Request) -> Response:
+    _check_version(req)
+    check_key(req.key)
+    ctx.store.delete_object(req.bucket, req.key)
+    return Response(204)
+
+
+def delete_objects(ctx: S3Context, req: Request, allowed=None) -> Response:
+    """Deletes up to 1000 keys; per-key failures are reported, not raised."""
+    body, _ = upload_stream(req)
+    root = parse(LimitedReader(body, 2 * 1024 * 1024).read_all())
+    quiet = (child_text(root, "Quiet") or "").lower() == "true"
+    objects = children(root, "Object")
+    if not objects or len(objects) > MAX_DELETE_KEYS:
+        raise S3Error("MalformedXML", "A Delete request names between 1 and 1000 objects.")
+    ctx.store.head_bucket(req.bucket)
+    results = []
+    for node in objects:
+        key = child_text(node, "Key")
+        if not key:
+            raise S3Error("MalformedXML", "Every Object in a Delete request needs a Key.")
+        results.append(_delete_one(ctx, req, key, allowed, quiet))
+    return Response.xml(document("DeleteResult", results))
+
+
+def _delete_one(ctx: S3Context, req: Request, key: str, allowed, quiet: bool) -> str:
+    try:
+        check_key(key)
+        if allowed is not None:
+            allowed(key)
+        ctx.store.delete_object(req.bucket, key)
+    except Exception as exc:  # noqa: BLE001 - reported per key, as AWS does
+        err = from_exception(exc)
+        if err is None:
+            raise
+        return "<Error>" + element("Key", key) + element("Code", err.code) + \
+            element("Message", err.message) + "</Error>"
+    return "" if quiet else "<Deleted>" + element("Key", key) + "</Deleted>"
+
+
+def parse_copy_source(value: str) -> tuple[str, str]:
+    """``/bucket/key`` or ``bucket/key``, URL-encoded, optionally with ``?versionId=``."""
+    path, _, query = value.partition("?")
+    if query and query not in ("versionId=null",):
+        raise S3Error("InvalidArgument", "Copying a specific version is not supported: versioning "
+                      "is not enabled.")
+    path = unquote(path).lstrip("/")
+    bucket, _, key = path.partition("/")
+    if not bucket or not key:
+        raise S3Error("InvalidArgument", "Copy Source must mention the source bucket and key: "
+                      "sourcebucket/sourcekey.")
+    check_bucket_name(bucket)
+    check_key(key)
+    return bucket, key
+
+
+def copy_object(ctx: S3Context, req: Request) -> Response:
+    check_key(req.key)
+    src_bucket, src_key = parse_copy_source(req.header("x-amz-copy-source", ""))
+    directive = (req.header("x-amz-metadata-directive") or "COPY").upper()
+    if directive not in ("COPY", "REPLACE"):
+        raise S3Error("InvalidArgument", "Unknown metadata directive: use COPY or REPLACE.")
+    try:
+        source = ctx.store.head_object(src_bucket, src_key)
+    except NoSuchBucket:
+        raise
+    check_read(source, req.headers, prefix="x-amz-copy-source-")
+    if (src_bucket, src_key) == (req.bucket, req.key) and directive == "COPY":
+        raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to copy "
+                      "an object to itself without changing the object's metadata, storage class, "
+                      "website redirect location or encryption attributes.")
+    meta = None
+    if directive == "REPLACE":
+        meta = meta_from_headers(req.headers)
+        meta.checksums = dict(source.meta.checksums)
+        meta.checksum_type = source.meta.checksum_type
+    info = ctx.store.copy_object(src_bucket, src_key, req.bucket, req.key, meta,
+                                 write_condition(req.headers), source_etag=source.etag)
+    return Response.xml(document("CopyObjectResult", [
+        element("LastModified", iso8601(info.last_modified)), element("ETag", f'"{info.etag}"')]))

@@ -1,0 +1,77 @@
+"""The request and response shapes the S3 handlers see: no ASGI, no sockets."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import unquote
+
+from ..store.base import ObjectReader, Readable
+
+
+@dataclass
+class Request:
+    method: str
+    raw_path: str  # exactly as sent, still percent-encoded (SigV4 signs it)
+    raw_query: str
+    query: dict[str, str]  # decoded; the first value of each name
+    query_pairs: list[tuple[str, str]]
+    headers: dict[str, str]  # lowercase names; repeated headers joined with ","
+    client_ip: str
+    request_id: str
+    bucket: str | None = None
+    key: str | None = None
+    body: Readable | None = None
+    principal: Any = None
+    signing: Any = None  # SigningContext of a verified SigV4 request
+    payload_hash: str | None = None
+    scheme: str = "http"
+    #: checksum algorithms to compute even if the client sent none (a multipart upload's)
+    extra_checksums: tuple[str, ...] = ()
+
+    def header(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name, default)
+
+    @property
+    def resource(self) -> str:
+        if self.bucket is None:
+            return "/"
+        return f"/{self.bucket}/{self.key}" if self.key else f"/{self.bucket}"
+
+
+@dataclass
+class Response:
+    status: int = 200
+    headers: list[tuple[str, str]] = field(default_factory=list)
+    body: bytes = b""
+    #: a body streamed from the store instead of ``body``
+    stream: ObjectReader | None = None
+    length: int | None = None
+
+    @classmethod
+    def xml(cls, body: bytes, status: int = 200) -> "Response":
+        return cls(status, [("content-type", "application/xml")], body)
+
+
+def parse_query(raw_query: str) -> list[tuple[str, str]]:
+    """Decode a query string the way S3 does: ``+`` stays a plus unless encoded as a space."""
+    pairs = []
+    for item in raw_query.split("&"):
+        if not item:
+            continue
+        name, _, value = item.partition("=")
+        pairs.append((unquote(name), unquote(value)))
+    return pairs
+
+
+def split_path(raw_path: str, host_bucket: str | None) -> tuple[str | None, str | None]:
+    """Bucket and key from a path-style or virtual-host-style request path."""
+    path = unquote(raw_path, errors="strict")
+    if host_bucket is not None:
+        key = path[1:] if path.startswith("/") else path
+        return host_bucket, key or None
+    trimmed = path[1:] if path.startswith("/") else path
+    if not trimmed:
+        return None, None
+    bucket, _, key = trimmed.partition("/")
+    return bucket, key or None

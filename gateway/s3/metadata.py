@@ -1,0 +1,87 @@
+"""Object metadata on the wire: request headers -> ObjectMeta -> response headers."""
+
+from __future__ import annotations
+
+from ..store.base import ObjectInfo, ObjectMeta
+from .errors import S3Error
+from .xml import http_date
+
+#: AWS's limit on user-defined metadata (names plus values, in bytes).
+USER_META_LIMIT = 2048
+
+_STANDARD = {
+    "content-encoding": "content_encoding",
+    "content-language": "content_language",
+    "content-disposition": "content_disposition",
+    "cache-control": "cache_control",
+    "expires": "expires",
+}
+
+
+def meta_from_headers(headers: dict[str, str]) -> ObjectMeta:
+    """What a PUT, CreateMultipartUpload or REPLACE copy says about the object."""
+    meta = ObjectMeta(content_type=headers.get("content-type") or "binary/octet-stream")
+    for header, attr in _STANDARD.items():
+        value = headers.get(header)
+        if value:
+            setattr(meta, attr, value)
+    if meta.content_encoding:
+        meta.content_encoding = _strip_aws_chunked(meta.content_encoding)
+    size = 0
+    for name, value in headers.items():
+        if name.startswith("x-amz-meta-"):
+            short = name[len("x-amz-meta-"):]
+            meta.user[short] = value
+            size += len(short.encode()) + len(value.encode())
+    if size > USER_META_LIMIT:
+        raise S3Error("MetadataTooLarge", f"Your metadata headers are {size} bytes; the limit is "
+                      f"{USER_META_LIMIT} bytes.")
+    return meta
+
+
+def _strip_aws_chunked(encoding: str) -> str | None:
+    """aws-chunked describes the transfer, not the object: it is never stored."""
+    kept = [e.strip() for e in encoding.split(",") if e.strip() and e.strip() != "aws-chunked"]
+    return ",".join(kept) or None
+
+
+def object_headers(info: ObjectInfo, with_checksums: bool) -> list[tuple[str, str]]:
+    """Headers that describe an object on GET and HEAD."""
+    meta = info.meta
+    headers = [
+        ("etag", f'"{info.etag}"'),
+        ("last-modified", http_date(info.last_modified)),
+        ("content-type", meta.content_type),
+        ("accept-ranges", "bytes"),
+    ]
+    for header, attr in _STANDARD.items():
+        value = getattr(meta, attr)
+        if value:
+            headers.append((header, value))
+    headers.extend((f"x-amz-meta-{k}", v) for k, v in meta.user.items())
+    if with_checksums and meta.checksums:
+        headers.extend((f"x-amz-checksum-{alg.lower()}", v) for alg, v in meta.checksums.items())
+        if meta.checksum_type:
+            headers.append(("x-amz-checksum-type", meta.checksum_type))
+    if info.part_sizes:
+        headers.append(("x-amz-mp-parts-count", str(len(info.part_sizes))))
+    return headers
+
+
+_OVERRIDES = {
+    "response-content-type": "content-type",
+    "response-content-language": "content-language",
+    "response-expires": "expires",
+    "response-cache-control": "cache-control",
+    "response-content-disposition": "content-disposition",
+    "response-content-encoding": "content-encoding",
+}
+
+
+def apply_overrides(headers: list[tuple[str, str]], query: dict[str, str]) -> list[tuple[str, str]]:
+    """GET's response-* query parameters replace the stored header values."""
+    overrides = {h: query[q] for q, h in _OVERRIDES.items() if q in query}
+    if not overrides:
+        return headers
+    kept = [(k, v) for k, v in headers if k not in overrides]
+    return kept + list(overrides.items())

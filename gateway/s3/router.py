@@ -1,0 +1,114 @@
+"""Which S3 operation a request names, and the IAM action it needs.
+
+A request names its operation by method, by whether it addresses the
+service, a bucket or an object, and by its subresource query parameters.
+A subresource we do not implement answers 501 and never falls through to a
+plain GET or PUT: a client that sets tags must not overwrite the object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from .context import S3Context
+from .errors import S3Error, not_implemented
+from .handlers import buckets, listing, multipart, objects
+from .message import Request, Response
+
+Handler = Callable[[S3Context, Request], Response]
+
+
+@dataclass(frozen=True)
+class Operation:
+    name: str  # AWS's operation name, for logs and audit
+    action: str  # the IAM action a policy must allow
+    handler: Handler
+    reads_body: bool = False
+
+
+#: Query parameters that select an S3 subresource (an operation of its own).
+SUBRESOURCES = frozenset({
+    "accelerate", "acl", "analytics", "attributes", "cors", "delete", "encryption",
+    "intelligent-tiering", "inventory", "legal-hold", "lifecycle", "location", "logging",
+    "metadataConfiguration", "metrics", "notification", "object-lock", "ownershipControls",
+    "policy", "policyStatus", "publicAccessBlock", "renameObject", "replication", "requestPayment",
+    "restore", "retention", "select", "session", "tagging", "torrent", "uploadId", "uploads",
+    "versioning", "versions", "website",
+})
+
+
+def _op(name: str, action: str, handler: Handler, reads_body: bool = False) -> Operation:
+    return Operation(name, action, handler, reads_body)
+
+
+LIST_BUCKETS = _op("ListBuckets", "s3:ListAllMyBuckets", buckets.list_buckets)
+
+_BUCKET_OPS = {
+    ("PUT", None): _op("CreateBucket", "s3:CreateBucket", buckets.create_bucket, True),
+    ("DELETE", None): _op("DeleteBucket", "s3:DeleteBucket", buckets.delete_bucket),
+    ("HEAD", None): _op("HeadBucket", "s3:ListBucket", buckets.head_bucket),
+    ("GET", None): _op("ListObjects", "s3:ListBucket", listing.list_objects_v1),
+    ("GET", "list-type"): _op("ListObjectsV2", "s3:ListBucket", listing.list_objects_v2),
+    ("GET", "location"): _op("GetBucketLocation", "s3:GetBucketLocation", buckets.get_location),
+    ("GET", "versioning"): _op("GetBucketVersioning", "s3:GetBucketVersioning", buckets.get_versioning),
+    ("GET", "acl"): _op("GetBucketAcl", "s3:GetBucketAcl", buckets.get_bucket_acl),
+    ("GET", "uploads"): _op("ListMultipartUploads", "s3:ListBucketMultipartUploads", multipart.list_uploads),
+    ("POST", "delete"): _op("DeleteObjects", "s3:DeleteObject", objects.delete_objects, True),
+}
+
+_OBJECT_OPS = {
+    ("PUT", None): _op("PutObject", "s3:PutObject", objects.put_object, True),
+    ("PUT", "copy"): _op("CopyObject", "s3:PutObject", objects.copy_object),
+    ("PUT", "uploadId"): _op("UploadPart", "s3:PutObject", multipart.upload_part, True),
+    ("PUT", "uploadId+copy"): _op("UploadPartCopy", "s3:PutObject", multipart.upload_part_copy),
+    ("GET", None): _op("GetObject", "s3:GetObject", objects.get_object),
+    ("HEAD", None): _op("HeadObject", "s3:GetObject", objects.head_object),
+    ("GET", "acl"): _op("GetObjectAcl", "s3:GetObjectAcl", buckets.get_bucket_acl),
+    ("GET", "uploadId"): _op("ListParts", "s3:ListMultipartUploadParts", multipart.list_parts),
+    ("DELETE", None): _op("DeleteObject", "s3:DeleteObject", objects.delete_object),
+    ("DELETE", "uploadId"): _op("AbortMultipartUpload", "s3:AbortMultipartUpload", multipart.abort_upload),
+    ("POST", "uploads"): _op("CreateMultipartUpload", "s3:PutObject", multipart.create_upload),
+    ("POST", "uploadId"): _op("CompleteMultipartUpload", "s3:PutObject", multipart.complete_upload, True),
+}
+
+
+def route(req: Request) -> Operation:
+    """The operation a request names, or an S3Error saying why there is none."""
+    if req.bucket is None:
+        if req.method == "GET":
+            return LIST_BUCKETS
+        raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.")
+    present = [name for name in req.query if name in SUBRESOURCES]
+    if req.key is None:
+        table, selector = _BUCKET_OPS, _bucket_selector(req, present)
+    else:
+        table, selector = _OBJECT_OPS, _object_selector(req, present)
+    op = table.get((req.method, selector))
+    if op is not None:
+        return op
+    if selector is None and req.method not in ("GET", "HEAD", "PUT", "POST", "DELETE"):
+        raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.")
+    what = f"{req.method} ?{selector}" if selector else f"{req.method} on this resource"
+    raise not_implemented(what)
+
+
+def _bucket_selector(req: Request, present: list[str]) -> str | None:
+    if len(present) > 1:
+        return "+".join(sorted(present))
+    if present:
+        return present[0]
+    if req.method == "GET" and req.query.get("list-type") == "2":
+        return "list-type"
+    return None
+
+
+def _object_selector(req: Request, present: list[str]) -> str | None:
+    copy = req.method == "PUT" and "x-amz-copy-source" in req.headers
+    if present == ["uploadId"]:
+        return "uploadId+copy" if copy else "uploadId"
+    if len(present) > 1:
+        return "+".join(sorted(present))
+    if present:
+        return present[0]
+    return "copy" if copy else None

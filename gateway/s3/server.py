@@ -1,0 +1,206 @@
+"""The S3 protocol as a lean ASGI application.
+
+No web framework: SigV4 signs the raw path, and at 4 KiB per request the
+per-request overhead of routing layers is most of the cost. The event loop
+only moves bytes; authentication, routing and storage run in one hop to a
+worker thread, where handlers are plain synchronous functions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import traceback
+from concurrent.futures import ThreadPoolExecutor
+from typing import Awaitable, Callable
+
+from ..iam.authn import Authenticator
+from ..logs import log
+from .body import BufferedBody, ReceiveReader
+from .context import S3Context
+from .errors import S3Error, from_exception
+from .message import Request, Response, parse_query, split_path
+from .names import check_bucket_name
+from .router import route
+from .xml import error_document
+
+#: Bodies up to this size are received on the loop before the handler runs.
+SMALL_BODY = 256 * 1024
+#: Responses up to this size are read in the worker thread and sent in one write.
+SMALL_RESPONSE = 256 * 1024
+STREAM_CHUNK = 1024 * 1024
+
+#: Decides whether a principal may perform an action on a resource; raises S3Error if not.
+Authorizer = Callable[[Request, str], None]
+
+
+def allow_authenticated(req: Request, action: str) -> None:
+    """Until the identities issue adds policies, every authenticated principal is root."""
+
+
+class S3App:
+    def __init__(self, ctx: S3Context, authenticator: Authenticator, executor: ThreadPoolExecutor,
+                 domain: str | None = None, authorize: Authorizer = allow_authenticated) -> None:
+        self.ctx = ctx
+        self.authenticator = authenticator
+        self.executor = executor
+        self.domain = domain.lower().strip(".") if domain else None
+        self.authorize = authorize
+
+    async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
+                       send: Callable[[dict], Awaitable[None]]) -> None:
+        started = time.perf_counter()
+        request_id = os.urandom(8).hex().upper()
+        loop = asyncio.get_running_loop()
+        req = None
+        try:
+            req = self._request(scope, request_id)
+            req.body = await self._body(req, receive, loop)
+            response, op_name = await loop.run_in_executor(self.executor, self._handle, req)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes an S3 error
+            response, op_name = self._error_response(exc, req, request_id, scope), None
+        response.headers.append(("x-amz-request-id", request_id))
+        sent = await self._send(response, send, loop, scope["method"] == "HEAD")
+        log.info("request", request_id=request_id, method=scope["method"],
+                 path=scope.get("path"), op=op_name, status=response.status, bytes_out=sent,
+                 ms=round((time.perf_counter() - started) * 1000, 2),
+                 principal=getattr(req.principal, "name", None) if req else None,
+                 client=scope.get("client", ("", 0))[0])
+
+    # -- request ----------------------------------------------------------
+
+    def _request(self, scope: dict, request_id: str) -> Request:
+        headers: dict[str, str] = {}
+        for name, value in scope["headers"]:
+            key = name.decode("latin-1").lower()
+            text = value.decode("latin-1")
+            headers[key] = f"{headers[key]},{text}" if key in headers else text
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        pairs = parse_query(raw_query)
+        query: dict[str, str] = {}
+        for name, value in pairs:
+            query.setdefault(name, value)
+        req = Request(scope["method"], raw_path, raw_query, query, pairs, headers,
+                      scope.get("client", ("", 0))[0], request_id, scheme=scope.get("scheme", "http"))
+        try:
+            req.bucket, req.key = split_path(raw_path, self._host_bucket(headers.get("host", "")))
+        except UnicodeDecodeError:
+            raise S3Error("InvalidURI", "Couldn't parse the specified URI: it is not valid UTF-8.", 400)
+        return req
+
+    def _host_bucket(self, host: str) -> str | None:
+        if not self.domain:
+            return None
+        hostname = host.rsplit(":", 1)[0].lower() if not host.endswith("]") else host
+        suffix = "." + self.domain
+        if hostname.endswith(suffix) and len(hostname) > len(suffix):
+            return hostname[: -len(suffix)]
+        return None
+
+    async def _body(self, req: Request, receive, loop) -> object | None:
+        if req.method in ("GET", "HEAD", "DELETE"):
+            return None
+        length = req.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) <= SMALL_BODY:
+            return BufferedBody(await _receive_all(receive, int(length)))
+        expected = int(length) if length is not None and length.isdigit() else None
+        return ReceiveReader(receive, loop, expected)
+
+    # -- handling (worker thread) -------------------------------------------
+
+    def _handle(self, req: Request) -> tuple[Response, str | None]:
+        op_name = None
+        try:
+            auth = self.authenticator.authenticate(req.method, req.raw_path, req.raw_query,
+                                                   req.query_pairs, req.headers)
+            req.principal, req.payload_hash, req.signing = auth.principal, auth.payload_hash, auth.signing
+            if req.bucket is not None:
+                check_bucket_name(req.bucket)
+            op = route(req)
+            op_name = op.name
+            self.authorize(req, op.action)
+            response = op.handler(self.ctx, req)
+            if response.stream is not None and (response.length or 0) <= SMALL_RESPONSE:
+                try:
+                    response.body = _read_all(response.stream)
+                finally:
+                    response.stream.close()
+                response.stream = None
+            return response, op_name
+        except Exception as exc:  # noqa: BLE001
+            return self._error_response(exc, req, req.request_id, None), op_name
+
+    def _error_response(self, exc: Exception, req: Request | None, request_id: str,
+                        scope: dict | None) -> Response:
+        err = from_exception(exc)
+        if err is None:
+            log.error("internal_error", request_id=request_id, error=exc.__class__.__name__,
+                      trace=traceback.format_exc(limit=8))
+            err = S3Error("InternalError", "We encountered an internal error. Please try again.", 500)
+        elif err.status >= 500:
+            log.warning("unavailable", request_id=request_id, code=err.code)
+        if err.status == 304:
+            return Response(304)
+        resource = req.resource if req is not None else (scope or {}).get("path", "/")
+        headers = [("content-type", "application/xml")]
+        if err.code in ("SlowDown", "ServiceUnavailable"):
+            headers.append(("retry-after", "1"))
+        return Response(err.status, headers, error_document(err, resource, request_id))
+
+    # -- response -----------------------------------------------------------
+
+    async def _send(self, response: Response, send, loop, head: bool) -> int:
+        headers = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in response.headers]
+        if response.stream is None and not any(k == b"content-length" for k, _ in headers):
+            headers.append((b"content-length", str(len(response.body)).encode()))
+        headers.append((b"server", b"orgmem"))
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        if response.stream is None:
+            await send({"type": "http.response.body", "body": b"" if head else response.body})
+            return 0 if head else len(response.body)
+        return await self._stream(response, send, loop)
+
+    async def _stream(self, response: Response, send, loop) -> int:
+        sent = 0
+        try:
+            while True:
+                chunk = await loop.run_in_executor(self.executor, response.stream.read, STREAM_CHUNK)
+                if not chunk:
+                    break
+                sent += len(chunk)
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await send({"type": "http.response.body", "body": b""})
+        finally:
+            response.stream.close()
+        return sent
+
+
+async def _receive_all(receive, length: int) -> bytes:
+    chunks, size = [], 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise S3Error("IncompleteBody", "The client closed the connection before sending the "
+                          "whole body; nothing was written.")
+        chunk = message.get("body", b"")
+        if chunk:
+            chunks.append(chunk)
+            size += len(chunk)
+        if not message.get("more_body", False):
+            break
+    if size < length:
+        raise S3Error("IncompleteBody", "You did not provide the number of bytes specified by the "
+                      "Content-Length HTTP header.")
+    return b"".join(chunks)
+
+
+def _read_all(stream) -> bytes:
+    """All of a small stream; ``read`` may return less than asked, so loop."""
+    chunks = []
+    while True:
+        chunk = stream.read(SMALL_RESPONSE)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)

@@ -1,0 +1,1 @@
+"""Tantivy index library (search issue)."""

@@ -1,0 +1,1 @@
+"""Envelope encryption library (encryption and vault issues)."""
