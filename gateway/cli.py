@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -58,6 +59,10 @@ def serve(config_file: str | None, **flags) -> None:
         access_log=False, server_header=False, lifespan="on", timeout_keep_alive=30,
         timeout_graceful_shutdown=30, backlog=2048)
     server = uvicorn.Server(server_config)
+    # uvicorn drains connections on SIGTERM/SIGINT, then re-raises the signal to the
+    # previous handler: make that handler a clean exit rather than death by signal.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: sys.exit(0))
     server.run()
     sys.exit(0)
 

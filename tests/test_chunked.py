@@ -365,6 +365,20 @@ def test_unsigned_trailer_without_final_crlf():
     assert reader.trailers["x-amz-checksum-crc32"] == crc32_b64(b"abc")
 
 
+def test_blank_line_between_final_chunk_and_trailer_is_tolerated():
+    body = unsigned_body([b"abc"], {"x-amz-checksum-crc32": crc32_b64(b"abc")})
+    body = body.replace(b"0\r\n", b"0\r\n\r\n", 1)
+    reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3)
+    assert drain(reader, 10) == b"abc"
+    assert reader.trailers == {"x-amz-checksum-crc32": crc32_b64(b"abc")}
+
+
+def test_no_trailer_at_all_is_accepted_when_none_declared():
+    reader = AwsChunkedReader(io.BytesIO(b"3\r\nabc\r\n0\r\n\r\n"), signing=None, trailer=True,
+                              decoded_length=3)
+    assert drain(reader, 10) == b"abc" and reader.trailers == {}
+
+
 def test_unsigned_trailer_names_are_lowercased_and_values_trimmed():
     body = unsigned_body([b"abc"], {"X-Amz-Checksum-CRC32": "  " + crc32_b64(b"abc") + " "})
     reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3)

@@ -165,6 +165,10 @@ class AwsChunkedReader:
                     raise _incomplete()
                 return None
 
+    def _more(self) -> bool:
+        """Whether any unread input remains (reads ahead into the buffer if needed)."""
+        return self._pos < len(self._buf) or self._fill()
+
     def _expect_crlf(self) -> None:
         while len(self._buf) - self._pos < 2:
             if not self._fill():
@@ -260,9 +264,11 @@ class AwsChunkedReader:
         received: dict[str, str] = {}
         signature = None
         budget = MAX_TRAILER_BYTES
-        for _ in range(MAX_TRAILER_LINES + 2):
+        for index in range(MAX_TRAILER_LINES + 2):
             line = self._line(MAX_HEADER_LINE)
             if not line:  # blank line ends the trailer; some clients just stop (EOF)
+                if line is not None and index == 0 and self._more():
+                    continue  # tolerate an extra CRLF between the final chunk and trailer
                 break
             budget -= len(line)
             if budget < 0:
@@ -312,7 +318,7 @@ class AwsChunkedReader:
     # ------------------------------------------------------------------ end
 
     def _finish(self) -> None:
-        if self._pos < len(self._buf) or self._fill():
+        if self._more():
             raise _malformed("unexpected data after the end of the aws-chunked body")
         limit = self._decoded_length
         if limit is not None and self._total != limit:

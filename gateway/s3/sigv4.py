@@ -36,6 +36,7 @@ EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 MAX_SKEW_SECONDS = 15 * 60
 MAX_EXPIRES_SECONDS = 7 * 24 * 3600
+MAX_SIGNED_HEADERS_CHARS = 4096
 
 # Values S3 accepts in x-amz-content-sha256 besides a hex digest.  The ECDSA (SigV4a)
 # forms are recognised so that they fail as "unsupported", not as "malformed".
@@ -48,7 +49,9 @@ _SIGV4A_PAYLOADS = frozenset({
 _HEX64 = re.compile(r"[0-9a-fA-F]{64}")
 _AMZ_DATE = re.compile(r"(\d{4})(\d{2})(\d{2})T(\d{2})(\d{2})(\d{2})Z")
 _SHORT_DATE = re.compile(r"\d{8}")
+_SCOPE_PART = re.compile(r"[A-Za-z0-9._-]{1,64}")
 _SAFE_PATH = re.compile(rb"[A-Za-z0-9\-._~/]*")
+_UNRESERVED = re.compile(rb"[A-Za-z0-9\-._~]*")
 
 _SIGNATURE_MISMATCH = ("The request signature we calculated does not match the signature "
                        "you provided. Check your key and signing method.")
@@ -174,14 +177,23 @@ def parse_query(raw_query: str | bytes) -> list[tuple[str, str]]:
             for k, v in _split_query(raw_query)]
 
 
+def _canonical_component(raw: bytes) -> str:
+    if _UNRESERVED.fullmatch(raw):  # the common case: already canonical
+        return raw.decode("ascii")
+    return quote_from_bytes(_query_bytes(raw), safe="")
+
+
 def canonical_query(raw_query: str | bytes, *, exclude: str | None = None) -> str:
     """Canonical query string: decoded pairs, strictly re-encoded, sorted by (key, value)."""
-    skip = exclude.encode() if exclude else None
-    encoded = sorted(
-        (quote_from_bytes(k, safe=""), quote_from_bytes(v, safe=""))
-        for k, v in _split_query(raw_query) if k != skip
-    )
-    return "&".join(f"{k}={v}" for k, v in encoded)
+    pairs = []
+    for part in _as_bytes(raw_query).split(b"&"):
+        if part:
+            key, _, value = part.partition(b"=")
+            name = _canonical_component(key)
+            if name != exclude:
+                pairs.append((name, _canonical_component(value)))
+    pairs.sort()
+    return "&".join(f"{k}={v}" for k, v in pairs)
 
 
 def _trim(value: str | Sequence[str]) -> str:
@@ -225,7 +237,9 @@ def is_presigned(query: Sequence[tuple[str, str]] | Mapping[str, str]) -> bool:
     return any(k == "X-Amz-Algorithm" for k, _ in query)
 
 
+@functools.lru_cache(maxsize=256)
 def _epoch(amz_date: str) -> float | None:
+    """Seconds since the epoch for a compact ISO 8601 time; cached as requests share them."""
     m = _AMZ_DATE.fullmatch(amz_date)
     if not m:
         return None
@@ -251,9 +265,12 @@ def _request_date(headers: Mapping[str, str]) -> str:
     raise AuthError("AccessDenied", "AWS authentication requires a valid Date or x-amz-date header")
 
 
+@functools.lru_cache(maxsize=1024)
 def _credential(value: str, error: str, status: int) -> tuple[str, str, str, str]:
-    parts = value.rsplit("/", 4)
-    if len(parts) != 5 or parts[4] != TERMINATOR or not all(parts):
+    """Split and sanity-check a credential; sizes are capped because results are cached."""
+    parts = value.strip().rsplit("/", 4)
+    if (len(parts) != 5 or parts[4] != TERMINATOR or not 0 < len(parts[0]) <= 128
+            or not _SCOPE_PART.fullmatch(parts[2]) or not _SCOPE_PART.fullmatch(parts[3])):
         raise AuthError(error, "The Credential is mal-formed; expecting "
                         '"<YOUR-AKID>/YYYYMMDD/REGION/SERVICE/aws4_request".', status)
     if not _SHORT_DATE.fullmatch(parts[1]):
@@ -262,7 +279,10 @@ def _credential(value: str, error: str, status: int) -> tuple[str, str, str, str
     return parts[0], parts[1], parts[2], parts[3]
 
 
+@functools.lru_cache(maxsize=1024)
 def _signed_headers(value: str, error: str, status: int) -> tuple[str, ...]:
+    if len(value) > MAX_SIGNED_HEADERS_CHARS:
+        raise AuthError(error, "SignedHeaders is too long.", status)
     names = tuple(n.strip().lower() for n in value.split(";"))
     if not value.strip() or not all(names):
         raise AuthError(error, "SignedHeaders is empty or malformed.", status)
