@@ -60,7 +60,7 @@ class Gateway:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                sweeper = asyncio.create_task(self._sweep_uploads())
+                sweeper = asyncio.gather(self._sweep_uploads(), self._flush_logs())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if sweeper:
@@ -68,8 +68,14 @@ class Gateway:
                 self.executor.shutdown(wait=True, cancel_futures=True)
                 self.store.close()
                 log.info("stopped")
+                log.flush()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+    async def _flush_logs(self) -> None:
+        while True:
+            await asyncio.sleep(1)
+            log.flush()
 
     async def _sweep_uploads(self) -> None:
         loop = asyncio.get_running_loop()

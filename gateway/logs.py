@@ -30,6 +30,13 @@ class JsonLog:
         line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
         with self._lock:
             self._stream.write(line)
+            if LEVELS[level] >= 30 or self._stream.isatty():
+                self._stream.flush()
+
+    def flush(self) -> None:
+        """Access lines are buffered (a write per request is a syscall per request);
+        the gateway flushes them every second and at shutdown."""
+        with self._lock:
             self._stream.flush()
 
     def info(self, event: str, **fields: Any) -> None:

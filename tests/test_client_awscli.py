@@ -78,14 +78,14 @@ def test_cp_large_file_round_trip(cli, cli_bucket, tmp_path):
     src.write_bytes(data)
 
     up = cli("s3", "cp", src, f"s3://{cli_bucket}/dir/big.bin", "--no-progress")
-    assert up.stdout.strip() == f"upload: big.bin to s3://{cli_bucket}/dir/big.bin"
+    assert up.stdout.strip() == f"upload: ./big.bin to s3://{cli_bucket}/dir/big.bin"
     head = cli.client.head_object(Bucket=cli_bucket, Key="dir/big.bin")
     assert head["ContentLength"] == len(data)
     # 40 MB is above the cli's 8 MB multipart threshold: the ETag says how many parts.
     assert re.fullmatch(r'"[0-9a-f]{32}-5"', head["ETag"]), head["ETag"]
 
     down = cli("s3", "cp", f"s3://{cli_bucket}/dir/big.bin", back, "--no-progress")
-    assert down.stdout.strip() == f"download: s3://{cli_bucket}/dir/big.bin to big.back"
+    assert down.stdout.strip() == f"download: s3://{cli_bucket}/dir/big.bin to ./big.back"
     assert back.read_bytes() == data
 
 

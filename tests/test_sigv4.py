@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import time
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote, unquote_to_bytes, urlsplit
 
 import boto3
 import pytest
@@ -351,7 +351,9 @@ def test_awscrt_signatures_verify(path, presign):
 @pytest.mark.parametrize("raw,canonical", [
     ("/", "/"), ("", "/"), ("/a b", "/a%20b"), ("/a%20b", "/a%20b"), ("/a+b", "/a%2Bb"),
     ("/%7Euser", "/~user"), ("/a%2fb", "/a/b"), ("/./a/../b", "/./a/../b"),
-    ("/caf%c3%a9", "/caf%C3%A9"), ("/café", "/caf%C3%A9"), (b"/caf\xc3\xa9", "/caf%C3%A9"),
+    ("/caf%c3%a9", "/caf%C3%A9"), (b"/caf\xc3\xa9", "/caf%C3%A9"),
+    ("/caf\xc3\xa9", "/caf%C3%A9"),  # raw UTF-8 on the wire, decoded latin-1 (ASGI style)
+    ("/\u65e5", "/%E6%97%A5"),  # beyond latin-1: taken as text, encoded UTF-8
     ("/bad%zz", "/bad%25zz"), ("/a//b/", "/a//b/"), ("/*()!'", "/%2A%28%29%21%27"),
 ])
 def test_canonical_uri(raw, canonical):
@@ -371,6 +373,15 @@ def test_canonical_query(raw, canonical):
 def test_parse_query_decodes_plus_as_space():
     assert sigv4.parse_query("prefix=a+b%2Bc&acl&x=%C3%BC") == [
         ("prefix", "a b+c"), ("acl", ""), ("x", "ü")]
+    assert sigv4.parse_query(b"x=\xc3\xbc") == sigv4.parse_query("x=\xc3\xbc") == [("x", "ü")]
+
+
+def test_raw_utf8_path_from_asgi_verifies():
+    """A client that puts raw UTF-8 in the request line signs the percent-encoded form."""
+    path, query, headers = botocore_signed("GET", s3_url("ключ"))
+    wire = unquote_to_bytes(path)
+    verify_headers("GET", wire, query, headers, now=time.time())
+    verify_headers("GET", wire.decode("latin-1"), query, headers, now=time.time())
 
 
 def test_canonical_query_excludes_signature_only_for_presigned():

@@ -30,6 +30,8 @@ SMALL_BODY = 256 * 1024
 #: Responses up to this size are read in the worker thread and sent in one write.
 SMALL_RESPONSE = 256 * 1024
 STREAM_CHUNK = 1024 * 1024
+#: Methods handled on the event loop: no body to receive, no fsync to wait for.
+INLINE_METHODS = frozenset({"GET", "HEAD"})
 
 #: Decides whether a principal may perform an action on a resource; raises S3Error if not.
 Authorizer = Callable[[Request, str], None]
@@ -56,8 +58,14 @@ class S3App:
         req = None
         try:
             req = self._request(scope, request_id)
-            req.body = await self._body(req, receive, loop)
-            response, op_name = await loop.run_in_executor(self.executor, self._handle, req)
+            if req.method in INLINE_METHODS:
+                # Reads of metadata and small objects cost less than a hop to a thread
+                # (and the GIL hand-off that comes with it); large bodies still stream
+                # from worker threads in _stream.
+                response, op_name = self._handle(req)
+            else:
+                req.body = await self._body(req, receive, loop)
+                response, op_name = await loop.run_in_executor(self.executor, self._handle, req)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an S3 error
             response, op_name = self._error_response(exc, req, request_id, scope), None
         response.headers.append(("x-amz-request-id", request_id))

@@ -139,13 +139,23 @@ def signatures_match(expected: str, provided: str) -> bool:
 # --------------------------------------------------------------------------- canonical form
 
 def _as_bytes(raw: str | bytes) -> bytes:
-    return raw if isinstance(raw, bytes) else raw.encode()
+    """Wire bytes of a path or query.
+
+    A str is taken to be the wire bytes decoded as latin-1 (the ASGI convention), which
+    round-trips raw UTF-8 sent unencoded; text outside latin-1 falls back to UTF-8.
+    """
+    if isinstance(raw, bytes):
+        return raw
+    try:
+        return raw.encode("latin-1")
+    except UnicodeEncodeError:
+        return raw.encode()
 
 
 def canonical_uri(raw_path: str | bytes) -> str:
     """S3 canonical URI: decode once, re-encode every byte except unreserved and ``/``.
 
-    Pass the path as it came off the wire (ASGI ``raw_path`` bytes are ideal).
+    Pass the path as it came off the wire: ASGI ``raw_path`` bytes, or a latin-1 str.
     """
     raw = _as_bytes(raw_path) or b"/"
     if _SAFE_PATH.fullmatch(raw):
