@@ -12,7 +12,6 @@ import base64
 import boto3
 import pytest
 from botocore.config import Config
-from botocore.exceptions import ClientError
 
 from rawhttp import EMPTY_SHA256, error_code, request, sign
 

@@ -10,8 +10,6 @@ then the signed payload hash, then Content-MD5 and x-amz-checksum-* values.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 from typing import Awaitable, Callable
 
 from .errors import S3Error
@@ -82,24 +80,6 @@ class ReceiveReader:
         return chunk
 
 
-class Sha256CheckReader:
-    """Verifies a body against the SHA-256 the client signed (x-amz-content-sha256)."""
-
-    def __init__(self, source, expected_hex: str) -> None:
-        self._source = source
-        self._expected = expected_hex.lower()
-        self._hash = hashlib.sha256()
-
-    def read(self, n: int = -1) -> bytes:
-        chunk = self._source.read(n)
-        if chunk:
-            self._hash.update(chunk)
-        elif not hmac.compare_digest(self._hash.hexdigest(), self._expected):
-            raise S3Error("XAmzContentSHA256Mismatch",
-                          "The provided 'x-amz-content-sha256' header does not match what was computed.")
-        return chunk
-
-
 class LimitedReader:
     """Refuses bodies larger than a limit (for XML request bodies read into memory)."""
 
@@ -142,11 +122,11 @@ def upload_stream(req) -> tuple[object, Callable[[], dict[str, str]]]:
             raise S3Error("MissingContentLength", "An aws-chunked upload must send "
                           "x-amz-decoded-content-length.", 411)
         signing = req.signing if "HMAC" in mode else None
+        declared = [t.strip() for t in (req.header("x-amz-trailer") or "").split(",") if t.strip()]
         chunked = AwsChunkedReader(source, signing=signing, trailer=mode.endswith("-TRAILER"),
-                                   decoded_length=expected_size)
+                                   decoded_length=expected_size, declared_trailers=declared)
         source = chunked
-    elif mode != "UNSIGNED-PAYLOAD":
-        source = Sha256CheckReader(source, mode)
+    signed_sha256 = None if mode.startswith("STREAMING-") or mode == "UNSIGNED-PAYLOAD" else mode
     algorithms, expected = checksum_request(req.headers)
     algorithms = list(dict.fromkeys([*algorithms, *req.extra_checksums]))
 
@@ -158,7 +138,8 @@ def upload_stream(req) -> tuple[object, Callable[[], dict[str, str]]]:
         return values
 
     verifying = VerifyingReader(source, content_md5=req.header("content-md5"), algorithms=algorithms,
-                                expected=expected_values, expected_size=expected_size)
+                                expected=expected_values, expected_size=expected_size,
+                                content_sha256=signed_sha256)
     return verifying, lambda: dict(verifying.checksums)
 
 

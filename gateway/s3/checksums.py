@@ -197,13 +197,16 @@ def _by_algorithm(values: Mapping[str, str]) -> dict[str, str]:
 
 
 class VerifyingReader:
-    """Pass bytes through while computing MD5 (for the ETag) and the named checksums.
+    """Pass bytes through while computing the named checksums (and MD5 when Content-MD5 is given).
+
+    The store computes the ETag's MD5 itself, so MD5 is hashed here only to
+    check a Content-MD5 header: hashing every upload twice would halve PUT speed.
 
     At EOF it checks, in order: the byte count against ``expected_size``
     (IncompleteBody), Content-MD5 (BadDigest; malformed -> InvalidDigest, raised at
     construction), ``content_sha256`` (a signed x-amz-content-sha256 hex digest ->
     XAmzContentSHA256Mismatch) and each expected checksum (BadDigest; malformed ->
-    InvalidRequest).  After a clean EOF ``md5_hex``, ``size`` and ``checksums``
+    InvalidRequest).  After a clean EOF ``size`` and ``checksums``
     (algorithm -> base64) are valid.  Checksum algorithms that are in ``algorithms`` but
     have no expected value are computed and reported, not checked.
     """
@@ -216,19 +219,20 @@ class VerifyingReader:
         self._sha256_expected = _sha256_digest(content_sha256)
         self._expected = expected
         self._expected_size = expected_size
-        self._md5 = hashlib.md5()
+        self._md5 = hashlib.md5() if self._md5_expected is not None else None
         self._hashers = {name: new_hasher(name) for name in dict.fromkeys(
             normalize(a) for a in algorithms)}
         if self._sha256_expected is not None and "SHA256" not in self._hashers:
             self._sha256 = hashlib.sha256()
         else:
             self._sha256 = None
-        self._updates = [self._md5.update] + [h.update for h in self._hashers.values()]
+        self._updates = [h.update for h in self._hashers.values()]
+        if self._md5 is not None:
+            self._updates.append(self._md5.update)
         if self._sha256 is not None:
             self._updates.append(self._sha256.update)
         self._done = False
         self.size = 0
-        self.md5_hex = ""
         self.checksums: dict[str, str] = {}
 
     def read(self, n: int = -1) -> bytes:
@@ -250,14 +254,13 @@ class VerifyingReader:
 
     def _finish(self) -> None:
         self._check_size()
-        md5 = self._md5.digest()
+        md5 = self._md5.digest() if self._md5 is not None else b""
         if self._md5_expected is not None and md5 != self._md5_expected:
             raise BadDigest("BadDigest", "The Content-MD5 you specified did not match what "
                             "we received.")
         digests = {name: h.digest() for name, h in self._hashers.items()}
         self._check_sha256(digests)
         self._check_expected(digests)
-        self.md5_hex = md5.hex()
         self.checksums = {name: encode(d) for name, d in digests.items()}
         self._done = True
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote_to_bytes
 
 from ..store.base import ObjectReader, Readable
 
@@ -53,20 +53,13 @@ class Response:
         return cls(status, [("content-type", "application/xml")], body)
 
 
-def parse_query(raw_query: str) -> list[tuple[str, str]]:
-    """Decode a query string the way S3 does: ``+`` stays a plus unless encoded as a space."""
-    pairs = []
-    for item in raw_query.split("&"):
-        if not item:
-            continue
-        name, _, value = item.partition("=")
-        pairs.append((unquote(name), unquote(value)))
-    return pairs
-
-
 def split_path(raw_path: str, host_bucket: str | None) -> tuple[str | None, str | None]:
-    """Bucket and key from a path-style or virtual-host-style request path."""
-    path = unquote(raw_path, errors="strict")
+    """Bucket and key from a path-style or virtual-host-style request path.
+
+    ``raw_path`` is the wire bytes as latin-1 text; percent-escapes and raw
+    UTF-8 alike decode to the same key.
+    """
+    path = unquote_to_bytes(raw_path.encode("latin-1")).decode("utf-8")
     if host_bucket is not None:
         key = path[1:] if path.startswith("/") else path
         return host_bucket, key or None

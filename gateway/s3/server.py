@@ -20,7 +20,8 @@ from ..logs import log
 from .body import BufferedBody, ReceiveReader
 from .context import S3Context
 from .errors import S3Error, from_exception
-from .message import Request, Response, parse_query, split_path
+from .message import Request, Response, split_path
+from .sigv4 import parse_query
 from .names import check_bucket_name
 from .router import route
 from .xml import error_document
