@@ -563,7 +563,7 @@ class Plan:
     def __init__(self, quick: bool, runs: int | None):
         self.quick = quick
         self.runs = runs if runs else (1 if quick else 3)
-        self.duration = None if quick else 5.0          # 4 KiB phases: seconds each
+        self.duration = None if quick else 4.0          # 4 KiB phases: seconds each
         self.counts = {"put_1t": 300, "put_8t": 800, "get_1t": 500, "get_8t": 800} if quick else None
         self.phase_cap = 30.0 if quick else 20.0           # hard bound per 4 KiB phase
         self.wrk_seconds = 2 if quick else 5
