@@ -55,7 +55,7 @@ def serve(config_file: str | None, **flags) -> None:
     logs.log.info("starting", host=config.host, port=config.port, scheme=config.scheme,
                   data=str(Path(config.data).resolve()), domain=config.domain)
     server_config = uvicorn.Config(
-        app, host=config.host, port=config.port, loop="uvloop", http="httptools",
+        app, host=config.host, port=config.port, loop="uvloop", http=_nodelay_protocol(),
         ssl_certfile=config.tls_cert, ssl_keyfile=config.tls_key, log_config=None,
         access_log=False, server_header=False, lifespan="on", timeout_keep_alive=30,
         timeout_graceful_shutdown=30, backlog=2048)
@@ -68,16 +68,32 @@ def serve(config_file: str | None, **flags) -> None:
     sys.exit(0)
 
 
-def _listen(host: str, port: int) -> socket.socket:
-    """The listening socket, with TCP_NODELAY (inherited by accepted connections on Linux).
+def _nodelay_protocol():
+    """uvicorn's httptools protocol with TCP_NODELAY on every connection.
 
-    uvicorn writes response headers and body separately; with Nagle's algorithm
-    on, a small body waits for the peer's delayed ACK, 40 ms per small GET.
+    uvicorn writes response headers and body in separate writes; with Nagle's
+    algorithm on, a small body waits for the peer's delayed ACK: 40 ms per GET.
     """
+    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+    class NoDelayProtocol(HttpToolsProtocol):
+        def connection_made(self, transport) -> None:
+            sock = transport.get_extra_info("socket")
+            if sock is not None:
+                try:
+                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                except OSError:
+                    pass
+            super().connection_made(transport)
+
+    return NoDelayProtocol
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """The listening socket, bound here so a busy port is a clear error."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
     except OSError as exc:

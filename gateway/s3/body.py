@@ -37,7 +37,8 @@ class ReceiveReader:
 
     Each ``read`` that finds the buffer empty schedules one coroutine on the
     loop that gathers up to ``PULL_SIZE`` bytes, so large uploads cost one
-    thread hop per MiB rather than one per socket read.
+    thread hop per MiB rather than one per socket read. Pulled bytes are
+    handed on without being copied into a growing buffer.
     """
 
     def __init__(self, receive: Callable[[], Awaitable[dict]], loop: asyncio.AbstractEventLoop,
@@ -45,7 +46,7 @@ class ReceiveReader:
         self._receive = receive
         self._loop = loop
         self._expected = expected
-        self._buffer = b""
+        self._pending = memoryview(b"")
         self._more = True
         self._received = 0
 
@@ -61,23 +62,32 @@ class ReceiveReader:
                 chunks.append(chunk)
                 size += len(chunk)
             self._more = message.get("more_body", False)
-        return b"".join(chunks)
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def read(self, n: int = -1) -> bytes:
-        while (n < 0 or len(self._buffer) < n) and self._more:
+        if n < 0:
+            return self._read_all()
+        if not self._pending and self._more:
             data = asyncio.run_coroutine_threadsafe(self._pull(), self._loop).result()
             self._received += len(data)
-            self._buffer += data
-            if n > 0 and self._buffer:
-                break
-        if n < 0 or n >= len(self._buffer):
-            chunk, self._buffer = self._buffer, b""
-        else:
-            chunk, self._buffer = self._buffer[:n], self._buffer[n:]
-        if not chunk and self._expected is not None and self._received < self._expected:
+            self._pending = memoryview(data)
+        if not self._pending:
+            self._check_complete()
+            return b""
+        chunk = self._pending[:n]
+        self._pending = self._pending[n:]
+        return chunk.obj if len(chunk) == len(chunk.obj) else bytes(chunk)
+
+    def _read_all(self) -> bytes:
+        parts = []
+        while chunk := self.read(PULL_SIZE):
+            parts.append(chunk)
+        return b"".join(parts)
+
+    def _check_complete(self) -> None:
+        if self._expected is not None and self._received < self._expected:
             raise S3Error("IncompleteBody", "You did not provide the number of bytes specified "
                           "by the Content-Length HTTP header.")
-        return chunk
 
 
 class LimitedReader:
