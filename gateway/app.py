@@ -65,6 +65,7 @@ class Gateway:
             elif message["type"] == "lifespan.shutdown":
                 if sweeper:
                     sweeper.cancel()
+                    await asyncio.gather(sweeper, return_exceptions=True)
                 self.executor.shutdown(wait=True, cancel_futures=True)
                 self.store.close()
                 log.info("stopped")

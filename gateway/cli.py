@@ -69,7 +69,7 @@ def serve(config_file: str | None, **flags) -> None:
 
 
 def _nodelay_protocol():
-    """uvicorn's httptools protocol with TCP_NODELAY on every connection.
+    """uvicorn's httptools protocol with TCP_NODELAY on every connection, and prompt TLS shutdown.
 
     uvicorn writes response headers and body in separate writes; with Nagle's
     algorithm on, a small body waits for the peer's delayed ACK: 40 ms per GET.
@@ -85,6 +85,16 @@ def _nodelay_protocol():
                 except OSError:
                     pass
             super().connection_made(transport)
+
+        def shutdown(self) -> None:
+            # An idle keep-alive connection is aborted rather than closed: closing a
+            # TLS connection waits for the client's close_notify, which an idle
+            # client never sends, and would hold shutdown for the whole grace period.
+            idle = self.cycle is None or self.cycle.response_complete
+            if idle and self.transport.get_write_buffer_size() == 0:
+                self.transport.abort()
+            else:
+                super().shutdown()
 
     return NoDelayProtocol
 

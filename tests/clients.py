@@ -12,8 +12,8 @@ from pathlib import Path
 from botocore.exceptions import ClientError
 
 #: Environment variables a client could pick credentials, endpoints or CA bundles
-#: up from; the tests pass everything explicitly instead.
-_LEAKY_PREFIXES = ("AWS_", "RCLONE_", "S3FS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+#: up from (AWS_*, and s3fs's AWSACCESSKEYID...); the tests pass everything explicitly.
+_LEAKY_PREFIXES = ("AWS", "RCLONE_", "S3FS", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
                    "HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY",
                    "all_proxy", "NO_PROXY", "no_proxy")
 
@@ -30,10 +30,10 @@ def unique_bucket(prefix: str) -> str:
 
 
 def run(args: list[str], env: dict[str, str], timeout: float = 120, check: bool = True,
-        **kwargs) -> subprocess.CompletedProcess:
+        text: bool = True, **kwargs) -> subprocess.CompletedProcess:
     """Run a client; on an unexpected exit code, fail with everything it printed."""
-    proc = subprocess.run([str(a) for a in args], env=env, capture_output=True, text=True,
-                          timeout=timeout, **kwargs)
+    proc = subprocess.run([str(a) for a in args], env=env, capture_output=True, text=text,
+                          timeout=timeout, check=False, **kwargs)
     if check and proc.returncode != 0:
         raise AssertionError(f"{' '.join(map(str, args))} exited {proc.returncode}\n"
                              f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}")

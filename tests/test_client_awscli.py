@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import sys
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,14 +38,13 @@ class Cli:
                    **kwargs)
 
 
-@pytest.fixture(params=["http", "https"])
-def cli(request, tmp_path):
+@pytest.fixture(scope="module", params=["http", "https"])
+def cli(request, tmp_path_factory):
     if request.param == "http":
         gw, ca = request.getfixturevalue("gateway"), None
     else:
         gw, ca = request.getfixturevalue("tls_gateway"), request.getfixturevalue("tls_files")["ca"]
-    home = tmp_path / "aws-home"
-    home.mkdir()
+    home = tmp_path_factory.mktemp(f"aws-{request.param}")
     config, creds = home / "config", home / "credentials"
     # Path-style requests, and no user config, profile or CA bundle from the environment.
     config.write_text("[default]\nregion = us-east-1\ns3 =\n  addressing_style = path\n")
@@ -52,12 +53,15 @@ def cli(request, tmp_path):
                     AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=str(config),
                     AWS_SHARED_CREDENTIALS_FILE=str(creds), AWS_EC2_METADATA_DISABLED="true",
                     AWS_PAGER="", HOME=str(home))
-    return Cli(gw.endpoint, env, ca, make_client(gw, ca), tmp_path)
+    client = make_client(gw, ca)
+    yield Cli(gw.endpoint, env, ca, client, home)
+    # An idle keep-alive TLS connection would hold up the gateway's shutdown.
+    client.close()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cli_bucket(cli):
-    """A bucket made with ``aws s3 mb``; emptied and deleted with boto3 afterwards."""
+    """A bucket made with ``aws s3 mb`` (one per scheme); emptied and deleted afterwards."""
     name = unique_bucket("awscli")
     out = cli("s3", "mb", f"s3://{name}")
     assert out.stdout.strip() == f"make_bucket: {name}"
@@ -66,43 +70,42 @@ def cli_bucket(cli):
     remove_bucket(cli.client, name)
 
 
-def test_mb_existing_bucket_fails(cli, cli_bucket):
-    out = cli("s3", "mb", f"s3://{cli_bucket}", check=False)
-    assert out.returncode != 0
-    assert "BucketAlreadyOwnedByYou" in out.stderr
+@pytest.fixture
+def work(cli, tmp_path):
+    """Run the cli in this test's tmp dir: it prints local paths relative to it."""
+    cli.cwd = tmp_path
+    return tmp_path
 
 
-def test_cp_large_file_round_trip(cli, cli_bucket, tmp_path):
+def test_cp_round_trip(cli, cli_bucket, work):
     data = os.urandom(40 * 1024 * 1024)
-    src, back = tmp_path / "big.bin", tmp_path / "big.back"
-    src.write_bytes(data)
+    (work / "big.bin").write_bytes(data)
 
-    up = cli("s3", "cp", src, f"s3://{cli_bucket}/dir/big.bin", "--no-progress")
-    assert up.stdout.strip() == f"upload: ./big.bin to s3://{cli_bucket}/dir/big.bin"
-    head = cli.client.head_object(Bucket=cli_bucket, Key="dir/big.bin")
+    up = cli("s3", "cp", "big.bin", f"s3://{cli_bucket}/cp/big.bin", "--no-progress")
+    assert up.stdout.strip() == f"upload: ./big.bin to s3://{cli_bucket}/cp/big.bin"
+    head = cli.client.head_object(Bucket=cli_bucket, Key="cp/big.bin")
     assert head["ContentLength"] == len(data)
-    # 40 MB is above the cli's 8 MB multipart threshold: the ETag says how many parts.
+    # 40 MiB is above the cli's 8 MiB multipart threshold: the ETag says how many parts.
     assert re.fullmatch(r'"[0-9a-f]{32}-5"', head["ETag"]), head["ETag"]
+    # The cli asks for CRC32 checksums by default: a composite one over the five parts.
+    checked = cli.client.head_object(Bucket=cli_bucket, Key="cp/big.bin", ChecksumMode="ENABLED")
+    assert checked["ChecksumCRC32"].endswith("-5"), checked
+    assert checked["ChecksumType"] == "COMPOSITE"
 
-    down = cli("s3", "cp", f"s3://{cli_bucket}/dir/big.bin", back, "--no-progress")
-    assert down.stdout.strip() == f"download: s3://{cli_bucket}/dir/big.bin to ./big.back"
-    assert back.read_bytes() == data
+    down = cli("s3", "cp", f"s3://{cli_bucket}/cp/big.bin", "big.back", "--no-progress")
+    assert down.stdout.strip() == f"download: s3://{cli_bucket}/cp/big.bin to ./big.back"
+    assert (work / "big.back").read_bytes() == data
 
-
-def test_cp_small_file_and_stdin_stdout(cli, cli_bucket, tmp_path):
-    src = tmp_path / "small.txt"
-    src.write_bytes(b"hello from the aws cli\n")
-    cli("s3", "cp", src, f"s3://{cli_bucket}/small.txt", "--content-type", "text/plain")
-    head = cli.client.head_object(Bucket=cli_bucket, Key="small.txt")
-    assert head["ContentType"] == "text/plain"
-    assert body_of(cli.client, cli_bucket, "small.txt") == src.read_bytes()
-
-    out = cli("s3", "cp", f"s3://{cli_bucket}/small.txt", "-")
-    assert out.stdout == "hello from the aws cli\n"
-
-    # `-` uploads stdin as a streaming (unknown length) upload.
-    cli("s3", "cp", "-", f"s3://{cli_bucket}/from-stdin.txt", input="piped\n")
-    assert body_of(cli.client, cli_bucket, "from-stdin.txt") == b"piped\n"
+    # A small file with a content type, and stdin (an upload of unknown length) and stdout.
+    (work / "small.txt").write_bytes(b"hello from the aws cli\n")
+    cli("s3", "cp", "small.txt", f"s3://{cli_bucket}/cp/small.txt", "--content-type", "text/plain")
+    small = cli.client.head_object(Bucket=cli_bucket, Key="cp/small.txt", ChecksumMode="ENABLED")
+    assert small["ContentType"] == "text/plain"
+    crc = zlib.crc32(b"hello from the aws cli\n").to_bytes(4, "big")
+    assert small["ChecksumCRC32"] == base64.b64encode(crc).decode()
+    cli("s3", "cp", "-", f"s3://{cli_bucket}/cp/from-stdin.txt", input="piped\n")
+    assert body_of(cli.client, cli_bucket, "cp/from-stdin.txt") == b"piped\n"
+    assert cli("s3", "cp", f"s3://{cli_bucket}/cp/small.txt", "-").stdout == "hello from the aws cli\n"
 
 
 def _tree(root: Path) -> dict[str, bytes]:
@@ -122,66 +125,60 @@ def _tree(root: Path) -> dict[str, bytes]:
     return files
 
 
-def test_sync_twice_then_ls_and_rm(cli, cli_bucket, tmp_path):
-    src = tmp_path / "tree"
-    files = _tree(src)
+def test_sync_ls_rm(cli, cli_bucket, work):
+    files = _tree(work / "tree")
+    dest = f"s3://{cli_bucket}/tree"
 
-    first = cli("s3", "sync", src, f"s3://{cli_bucket}/tree", "--no-progress")
+    first = cli("s3", "sync", "tree", dest, "--no-progress")
     uploaded = [line for line in first.stdout.splitlines() if line.startswith("upload:")]
     assert len(uploaded) == len(files), first.stdout
-    assert keys_of(cli.client, cli_bucket) == sorted(f"tree/{k}" for k in files)
+    assert keys_of(cli.client, cli_bucket, "tree/") == sorted(f"tree/{k}" for k in files)
     for rel, data in files.items():
         assert body_of(cli.client, cli_bucket, f"tree/{rel}") == data, rel
 
-    second = cli("s3", "sync", src, f"s3://{cli_bucket}/tree", "--no-progress")
+    second = cli("s3", "sync", "tree", dest, "--no-progress")
     assert not [line for line in second.stdout.splitlines() if "upload:" in line], second.stdout
 
-    # sync back down into an empty directory reproduces the tree byte for byte.
-    dst = tmp_path / "down"
-    cli("s3", "sync", f"s3://{cli_bucket}/tree", dst, "--no-progress")
-    assert read_tree(dst) == files
+    # A changed file and a deleted one: sync --delete uploads one and deletes the other.
+    (work / "tree" / "top.txt").write_bytes(b"top level, changed\n")
+    (work / "tree" / "a" / "one.txt").unlink()
+    third = cli("s3", "sync", "tree", dest, "--delete", "--no-progress")
+    assert sorted(third.stdout.splitlines()) == [
+        f"delete: {dest}/a/one.txt", f"upload: tree/top.txt to {dest}/top.txt"], third.stdout
+    files["top.txt"] = b"top level, changed\n"
+    del files["a/one.txt"]
 
-    # a changed file and a deleted file: sync --delete uploads one and deletes one.
-    (src / "top.txt").write_bytes(b"top level, changed\n")
-    (src / "a" / "one.txt").unlink()
-    third = cli("s3", "sync", src, f"s3://{cli_bucket}/tree", "--delete", "--no-progress")
-    lines = sorted(third.stdout.splitlines())
-    assert lines == [f"delete: s3://{cli_bucket}/tree/a/one.txt",
-                     f"upload: tree/top.txt to s3://{cli_bucket}/tree/top.txt"], third.stdout
-    assert body_of(cli.client, cli_bucket, "tree/top.txt") == b"top level, changed\n"
-    assert "tree/a/one.txt" not in keys_of(cli.client, cli_bucket)
+    # Syncing back down into an empty directory reproduces the tree byte for byte.
+    cli("s3", "sync", dest, "down", "--no-progress")
+    assert read_tree(work / "down") == files
 
     # ls of the service lists the bucket; ls of a prefix shows common prefixes and objects.
-    assert re.search(rf"^\S+ \S+ {cli_bucket}$", cli("s3", "ls").stdout, re.M)
-    top = cli("s3", "ls", f"s3://{cli_bucket}/tree/").stdout.splitlines()
-    assert "PRE a/" in [line.strip() for line in top]
-    assert "PRE name with spaces/" in [line.strip() for line in top]
+    assert re.search(rf"^\S+ \S+ {cli_bucket}$", cli("s3", "ls").stdout, re.MULTILINE)
+    top = [line.strip() for line in cli("s3", "ls", f"{dest}/").stdout.splitlines()]
+    assert {"PRE a/", "PRE name with spaces/", "PRE unicode/"} <= set(top), top
     assert any(re.fullmatch(r"\S+ \S+\s+19 top\.txt", line) for line in top), top
     assert any(re.fullmatch(r"\S+ \S+\s+0 empty\.txt", line) for line in top), top
+    assert len(top) == 5, top
 
-    listed = cli("s3", "ls", f"s3://{cli_bucket}/", "--recursive").stdout.splitlines()
+    listed = cli("s3", "ls", f"{dest}/", "--recursive").stdout.splitlines()
     sizes = {line.split(None, 3)[3]: int(line.split(None, 3)[2]) for line in listed}
-    expected = {f"tree/{k}": len(v) for k, v in files.items() if k != "a/one.txt"}
-    expected["tree/top.txt"] = len(b"top level, changed\n")
-    assert sizes == expected
+    assert sizes == {f"tree/{k}": len(v) for k, v in files.items()}
 
-    rm = cli("s3", "rm", f"s3://{cli_bucket}/tree/a", "--recursive")
-    assert sorted(rm.stdout.splitlines()) == [f"delete: s3://{cli_bucket}/tree/a/b/c/three.bin",
-                                              f"delete: s3://{cli_bucket}/tree/a/b/two.bin"]
-    assert not [k for k in keys_of(cli.client, cli_bucket) if k.startswith("tree/a/")]
-    cli("s3", "rm", f"s3://{cli_bucket}/", "--recursive")
-    assert keys_of(cli.client, cli_bucket) == []
-
-    # rb removes the (now empty) bucket; the fixture copes with it being gone.
-    assert cli("s3", "rb", f"s3://{cli_bucket}").stdout.strip() == f"remove_bucket: {cli_bucket}"
-    assert cli_bucket not in [b["Name"] for b in cli.client.list_buckets()["Buckets"]]
+    rm = cli("s3", "rm", f"{dest}/a", "--recursive")
+    assert sorted(rm.stdout.splitlines()) == [f"delete: {dest}/a/b/c/three.bin",
+                                              f"delete: {dest}/a/b/two.bin"]
+    assert keys_of(cli.client, cli_bucket, "tree/") == sorted(
+        f"tree/{k}" for k in files if not k.startswith("a/"))
+    rm = cli("s3", "rm", f"{dest}/", "--recursive")
+    assert len(rm.stdout.splitlines()) == len(files) - 2
+    assert keys_of(cli.client, cli_bucket, "tree/") == []
 
 
-def test_s3api_put_and_head_object_with_metadata(cli, cli_bucket, tmp_path):
-    body = tmp_path / "doc.json"
+def test_s3api_put_and_head_object_with_metadata(cli, cli_bucket, work):
+    body = work / "doc.json"
     body.write_bytes(b'{"hello": "world"}')
     put = json.loads(cli("s3api", "put-object", "--bucket", cli_bucket, "--key", "meta/doc.json",
-                         "--body", body, "--content-type", "application/json",
+                         "--body", "doc.json", "--content-type", "application/json",
                          "--cache-control", "max-age=60", "--content-disposition",
                          "attachment; filename=doc.json",
                          "--metadata", "Color=blue,owner=team-a").stdout)
@@ -197,25 +194,29 @@ def test_s3api_put_and_head_object_with_metadata(cli, cli_bucket, tmp_path):
     assert head["ContentDisposition"] == "attachment; filename=doc.json"
     # S3 lower-cases user metadata names.
     assert head["Metadata"] == {"color": "blue", "owner": "team-a"}
+    assert body_of(cli.client, cli_bucket, "meta/doc.json") == body.read_bytes()
 
-    missing = cli("s3api", "head-object", "--bucket", cli_bucket, "--key", "nope", check=False)
+    missing = cli("s3api", "head-object", "--bucket", cli_bucket, "--key", "meta/nope", check=False)
     assert missing.returncode != 0 and "404" in missing.stderr
 
-    got = tmp_path / "got.json"
-    out = json.loads(cli("s3api", "get-object", "--bucket", cli_bucket, "--key", "meta/doc.json",
-                         got).stdout)
-    assert out["Metadata"] == {"color": "blue", "owner": "team-a"}
-    assert got.read_bytes() == body.read_bytes()
 
-    # copy-object with a metadata REPLACE, as `aws s3 cp --metadata-directive` does.
-    cli("s3api", "copy-object", "--bucket", cli_bucket, "--key", "meta/copy.json",
-        "--copy-source", f"{cli_bucket}/meta/doc.json", "--metadata-directive", "REPLACE",
-        "--metadata", "color=red", "--content-type", "text/plain")
-    copy = json.loads(cli("s3api", "head-object", "--bucket", cli_bucket,
-                          "--key", "meta/copy.json").stdout)
-    assert copy["Metadata"] == {"color": "red"} and copy["ContentType"] == "text/plain"
-    assert copy["ETag"] == etag
+def test_tls_gateway_stops_promptly_with_an_idle_client(tmp_path, tls_files):
+    """SDKs (boto3, the cli's botocore) keep idle keep-alive connections open. Over HTTP a
+    SIGTERM closes them at once; over HTTPS closing a TLS transport waits for the peer's
+    close_notify, which an idle client never sends, so the gateway hangs for uvicorn's
+    graceful-shutdown timeout (30 s) before exiting."""
+    import time
 
-    listed = json.loads(cli("s3api", "list-objects-v2", "--bucket", cli_bucket,
-                            "--prefix", "meta/").stdout)
-    assert [o["Key"] for o in listed["Contents"]] == ["meta/copy.json", "meta/doc.json"]
+    from servers import Gateway
+
+    gw = Gateway(tmp_path / "data", tls=(tls_files["cert"], tls_files["key"])).start()
+    client = make_client(gw, tls_files["ca"])
+    try:
+        client.list_buckets()  # leaves one idle keep-alive TLS connection in the pool
+        started = time.monotonic()
+        code = gw.stop(timeout=5)
+        elapsed = time.monotonic() - started
+    finally:
+        gw.kill()
+        client.close()
+    assert code == 0 and elapsed < 5, f"exit code {code} after {elapsed:.1f}s"
