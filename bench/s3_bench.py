@@ -966,9 +966,10 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 srv.start()
                 entry["command"] = srv.argv
-                entry["env"] = srv.env_shown
+                # Secrets never reach output, not even the benchmark's throwaway ones.
+                entry["env"] = {k: ("<redacted>" if "SECRET" in k else v) for k, v in srv.env_shown.items()}
                 entry["credentials"] = ("any (moto does not check signatures)" if name == "moto"
-                                        else {"access_key": srv.access_key, "secret_key": srv.secret_key})
+                                        else {"access_key": srv.access_key, "secret_key": "<redacted>"})
                 entry.update(bench_server(srv, plan, big_src, big_sha))
             except KeyboardInterrupt:
                 raise

@@ -8,6 +8,8 @@ from .errors import S3Error
 
 #: Bucket names the memory features of orgmem own; clients cannot create them.
 RESERVED_BUCKETS = frozenset({"biographies", "memory", "skills"})
+#: Names that would collide with the gateway's own routes in path-style requests.
+ROUTE_NAMES = frozenset({"health", "ready", "v1", "admin", "mcp"})
 MAX_KEY_BYTES = 1024
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
@@ -36,6 +38,9 @@ def check_new_bucket_name(name: str) -> None:
     if name in RESERVED_BUCKETS:
         raise S3Error("InvalidBucketName", f"The bucket name '{name}' is reserved for orgmem's "
                       "memory features.", BucketName=name)
+    if name in ROUTE_NAMES:
+        raise S3Error("InvalidBucketName", f"The bucket name '{name}' is reserved: it is one of "
+                      "the gateway's own paths.", BucketName=name)
 
 
 def check_key(key: str) -> None:

@@ -280,18 +280,33 @@ class LocalStore:
 
     def _place(self, staged: _Staged, directory: Path, name: str) -> str:
         """Move a staged file to its final place; returns its path relative to the root."""
-        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         final = directory / name
-        os.rename(staged.tmp_path, final)
+        for attempt in range(3):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            try:
+                os.rename(staged.tmp_path, final)
+                break
+            except FileNotFoundError:
+                # An upload directory emptied by a concurrent discard may vanish
+                # between mkdir and rename: make it again.
+                if attempt == 2 or not staged.tmp_path.exists():
+                    raise
         _fsync_dir(directory)
         return os.path.relpath(final, self.root)
 
     def _discard(self, rel_paths: Sequence[str]) -> None:
+        """Remove data files no row refers to any more (and an emptied upload directory)."""
         for rel in rel_paths:
+            path = self.root / rel
             try:
-                os.unlink(self.root / rel)
+                os.unlink(path)
             except FileNotFoundError:
                 pass
+            if rel.startswith("parts" + os.sep):
+                try:
+                    os.rmdir(path.parent)
+                except OSError:
+                    pass  # other parts still live there
 
     # -- buckets ------------------------------------------------------------
 
@@ -351,11 +366,18 @@ class LocalStore:
                        files: list | None, data: bytes | None,
                        condition: WriteCondition | None,
                        consume_upload: str | None = None) -> ObjectInfo:
-        """Make an object visible, atomically with its write condition."""
+        """Make an object visible, atomically with its write condition.
+
+        With ``consume_upload``, the upload must still exist and still hold exactly
+        the part files ``files`` names: a concurrent Complete, Abort or re-upload of
+        a part would otherwise leave the object pointing at discarded files.
+        """
         kb = key.encode()
         now = time.time()
         with self._write() as db:
             self._require_bucket(db, bucket)
+            if consume_upload is not None:
+                _check_upload_unchanged(db, consume_upload, files or [])
             current = db.execute("SELECT etag, mtime, files, size, meta FROM objects "
                                  "WHERE bucket=? AND key=?", (bucket, kb)).fetchone()
             if not _condition_holds(condition, current):
@@ -376,7 +398,8 @@ class LocalStore:
                 db.execute("DELETE FROM uploads WHERE upload_id=?", (consume_upload,))
                 db.execute("DELETE FROM parts WHERE upload_id=?", (consume_upload,))
         if current is not None and current[2]:
-            self._discard([p for p, _ in json.loads(current[2])])
+            kept = {p for p, _ in files or ()}
+            self._discard([p for p, _ in json.loads(current[2]) if p not in kept])
         part_sizes = [s for _, s in files] if files and len(files) > 1 else ()
         return ObjectInfo(bucket, key, size, etag, now, meta, part_sizes)
 
@@ -541,6 +564,14 @@ class LocalStore:
             self._discard([old[0]])
         return PartInfo(part_number, staged.size, etag, now, checksums)
 
+    def _parts_snapshot(self, upload_id: str) -> tuple[dict[int, PartInfo], dict[int, str]]:
+        """Parts and their files read together, so they describe the same bytes."""
+        rows = self._db().execute(
+            "SELECT part_number, size, etag, mtime, checksums, file FROM parts WHERE upload_id=?",
+            (upload_id,)).fetchall()
+        parts = {n: PartInfo(n, sz, e, m, json.loads(c)) for n, sz, e, m, c, _ in rows}
+        return parts, {row[0]: row[5] for row in rows}
+
     def list_parts(self, bucket: str, key: str, upload_id: str) -> list[PartInfo]:
         self.get_upload(bucket, key, upload_id)
         rows = self._db().execute(
@@ -553,10 +584,8 @@ class LocalStore:
                            condition: WriteCondition | None = None,
                            meta_update: MetaUpdate | None = None) -> ObjectInfo:
         upload = self.get_upload(bucket, key, upload_id)
-        stored = {p.part_number: p for p in self.list_parts(bucket, key, upload_id)}
+        stored, files_by_part = self._parts_snapshot(upload_id)
         chosen = _check_parts(parts, stored)
-        files_by_part = dict(self._db().execute(
-            "SELECT part_number, file FROM parts WHERE upload_id=?", (upload_id,)).fetchall())
         md5s = b"".join(bytes.fromhex(p.etag) for p in chosen)
         etag = f"{hashlib.md5(md5s).hexdigest()}-{len(chosen)}"
         meta = meta_update(upload.meta, chosen) if meta_update else upload.meta
@@ -570,6 +599,10 @@ class LocalStore:
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
         self.get_upload(bucket, key, upload_id)
         with self._write() as db:
+            # Checked again inside the transaction: a Complete that won the race owns
+            # the part files now, and they must not be removed.
+            if db.execute("SELECT 1 FROM uploads WHERE upload_id=?", (upload_id,)).fetchone() is None:
+                raise NoSuchUpload()
             files = [r[0] for r in db.execute("SELECT file FROM parts WHERE upload_id=?", (upload_id,))]
             db.execute("DELETE FROM uploads WHERE upload_id=?", (upload_id,))
             db.execute("DELETE FROM parts WHERE upload_id=?", (upload_id,))
@@ -623,6 +656,15 @@ def _condition_holds(condition: WriteCondition | None, current: tuple | None) ->
     if condition.if_match is not None:
         return current is not None and (condition.if_match in ("*", current[0]))
     return True
+
+
+def _check_upload_unchanged(db: sqlite3.Connection, upload_id: str, files: list) -> None:
+    current = {row[0] for row in db.execute("SELECT file FROM parts WHERE upload_id=?", (upload_id,))}
+    if not current:
+        raise NoSuchUpload()
+    if not {path for path, _ in files} <= current:
+        raise InvalidPart("A part was uploaded again while the upload was being completed; "
+                          "list the parts and complete again.")
 
 
 def _check_parts(parts: Sequence[tuple[int, str]], stored: dict[int, PartInfo]) -> list[PartInfo]:
