@@ -8,6 +8,7 @@ import boto3
 import pytest
 from botocore.config import Config
 
+from clients import remove_bucket
 from servers import Gateway
 
 
@@ -65,14 +66,4 @@ def bucket(s3):
     name = f"test-{uuid.uuid4().hex[:12]}"
     s3.create_bucket(Bucket=name)
     yield name
-    _empty_and_delete(s3, name)
-
-
-def _empty_and_delete(client, name: str) -> None:
-    for page in client.get_paginator("list_objects_v2").paginate(Bucket=name):
-        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
-        if keys:
-            client.delete_objects(Bucket=name, Delete={"Objects": keys, "Quiet": True})
-    for up in client.list_multipart_uploads(Bucket=name).get("Uploads", []):
-        client.abort_multipart_upload(Bucket=name, Key=up["Key"], UploadId=up["UploadId"])
-    client.delete_bucket(Bucket=name)
+    remove_bucket(s3, name)

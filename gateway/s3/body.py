@@ -18,6 +18,22 @@ from .errors import S3Error
 PULL_SIZE = 1024 * 1024
 
 
+async def receive_some(receive: Callable[[], Awaitable[dict]], limit: int) -> tuple[bytes, bool]:
+    """ASGI body messages until ``limit`` bytes or the end: ``(bytes, more_to_come)``."""
+    chunks, size, more = [], 0, True
+    while more and size < limit:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise S3Error("IncompleteBody", "The client closed the connection before sending "
+                          "the whole body; nothing was written.")
+        chunk = message.get("body", b"")
+        if chunk:
+            chunks.append(chunk)
+            size += len(chunk)
+        more = message.get("more_body", False)
+    return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), more
+
+
 class BufferedBody:
     """A body that was small enough to receive before the handler ran."""
 
@@ -51,18 +67,8 @@ class ReceiveReader:
         self._received = 0
 
     async def _pull(self) -> bytes:
-        chunks, size = [], 0
-        while self._more and size < PULL_SIZE:
-            message = await self._receive()
-            if message["type"] == "http.disconnect":
-                raise S3Error("IncompleteBody", "The client closed the connection before sending "
-                              "the whole body; nothing was written.")
-            chunk = message.get("body", b"")
-            if chunk:
-                chunks.append(chunk)
-                size += len(chunk)
-            self._more = message.get("more_body", False)
-        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        data, self._more = await receive_some(self._receive, PULL_SIZE)
+        return data
 
     def read(self, n: int = -1) -> bytes:
         if n < 0:

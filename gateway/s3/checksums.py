@@ -19,6 +19,9 @@ from typing import Callable, Iterable, Mapping, Protocol, Sequence
 
 from awscrt import checksums as _crt
 
+from ..store.base import Readable
+from .errors import S3Error
+
 ALGORITHMS = ("CRC32", "CRC32C", "SHA1", "SHA256", "CRC64NVME")
 HEADER_PREFIX = "x-amz-checksum-"
 SDK_ALGORITHM_HEADER = "x-amz-sdk-checksum-algorithm"
@@ -40,20 +43,8 @@ class Hasher(Protocol):
     def digest(self) -> bytes: ...
 
 
-class Readable(Protocol):
-    """Anything with ``read(n) -> bytes`` that returns b"" at end of stream."""
-
-    def read(self, n: int, /) -> bytes: ...
-
-
-class BadDigest(Exception):
+class BadDigest(S3Error):
     """An integrity failure with its S3 error code (BadDigest, InvalidDigest, ...)."""
-
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.status = status
 
 
 class _Crc:

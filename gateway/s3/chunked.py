@@ -16,11 +16,20 @@ the trailer signature and the decoded length have all been checked.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable, Protocol
+from typing import Iterable
 
-from .sigv4 import (EMPTY_SHA256, STREAMING_PAYLOAD, STREAMING_PAYLOAD_TRAILER,
-                    STREAMING_UNSIGNED_TRAILER, AuthError, SigningContext, sign,
-                    signatures_match)
+from ..store.base import Readable
+from .errors import S3Error
+from .sigv4 import (
+    EMPTY_SHA256,
+    STREAMING_PAYLOAD,
+    STREAMING_PAYLOAD_TRAILER,
+    STREAMING_UNSIGNED_TRAILER,
+    AuthError,
+    SigningContext,
+    sign,
+    signatures_match,
+)
 
 READ_SIZE = 64 * 1024
 MAX_HEADER_LINE = 4096          # a chunk header is ~90 bytes; leaves room for extensions
@@ -37,20 +46,8 @@ _SIGNATURE_MISMATCH = ("The request signature we calculated does not match the s
 _HEADER, _DATA, _DATA_END, _TRAILER, _DONE = range(5)
 
 
-class Readable(Protocol):
-    """Anything with ``read(n) -> bytes`` that returns b"" at end of stream."""
-
-    def read(self, n: int, /) -> bytes: ...
-
-
-class ChunkedError(Exception):
+class ChunkedError(S3Error):
     """A malformed or incomplete aws-chunked body, with its S3 error code."""
-
-    def __init__(self, code: str, message: str, status: int = 400) -> None:
-        super().__init__(f"{code}: {message}")
-        self.code = code
-        self.message = message
-        self.status = status
 
 
 def streaming_mode(payload_hash: str) -> tuple[bool, bool] | None:

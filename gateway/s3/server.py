@@ -17,7 +17,7 @@ from typing import Awaitable, Callable
 
 from ..iam.authn import Authenticator
 from ..logs import log
-from .body import BufferedBody, ReceiveReader
+from .body import BufferedBody, ReceiveReader, receive_some
 from .context import S3Context
 from .errors import S3Error, from_exception
 from .message import Request, Response, split_path
@@ -187,22 +187,11 @@ class S3App:
 
 
 async def _receive_all(receive, length: int) -> bytes:
-    chunks, size = [], 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise S3Error("IncompleteBody", "The client closed the connection before sending the "
-                          "whole body; nothing was written.")
-        chunk = message.get("body", b"")
-        if chunk:
-            chunks.append(chunk)
-            size += len(chunk)
-        if not message.get("more_body", False):
-            break
-    if size < length:
+    data, _ = await receive_some(receive, float("inf"))
+    if len(data) < length:
         raise S3Error("IncompleteBody", "You did not provide the number of bytes specified by the "
                       "Content-Length HTTP header.")
-    return b"".join(chunks)
+    return data
 
 
 def _read_all(stream) -> bytes:
