@@ -420,6 +420,16 @@ def test_multipart_roundtrip(s3, bucket):
     part2 = s3.get_object(Bucket=bucket, Key="mp", PartNumber=2)
     assert part2["Body"].read() == parts_data[1] and part2["PartsCount"] == 3
     assert s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []) == []
+    # A retried Complete whose first response was lost still succeeds, with the same ETag.
+    again = s3.complete_multipart_upload(
+        Bucket=bucket, Key="mp", UploadId=uid,
+        MultipartUpload={"Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]})
+    assert again["ETag"] == done["ETag"]
+    s3.put_object(Bucket=bucket, Key="mp", Body=b"replaced")
+    with pytest.raises(ClientError) as err:
+        s3.complete_multipart_upload(Bucket=bucket, Key="mp", UploadId=uid, MultipartUpload={
+            "Parts": [{"PartNumber": 1, "ETag": etags[0]}]})
+    assert code_of(err.value) == "NoSuchUpload"
 
 
 def test_multipart_errors(s3, bucket):

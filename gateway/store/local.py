@@ -87,6 +87,13 @@ CREATE TABLE IF NOT EXISTS uploads(
     meta TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS uploads_by_key ON uploads(bucket, key);
+CREATE TABLE IF NOT EXISTS completed(  -- recently completed uploads, so a retried Complete succeeds
+    upload_id TEXT PRIMARY KEY,
+    bucket TEXT NOT NULL,
+    key BLOB NOT NULL,
+    etag TEXT NOT NULL,
+    at REAL NOT NULL
+);
 CREATE TABLE IF NOT EXISTS parts(
     upload_id TEXT NOT NULL,
     part_number INTEGER NOT NULL,
@@ -397,6 +404,8 @@ class LocalStore:
             if consume_upload is not None:
                 db.execute("DELETE FROM uploads WHERE upload_id=?", (consume_upload,))
                 db.execute("DELETE FROM parts WHERE upload_id=?", (consume_upload,))
+                db.execute("INSERT INTO completed VALUES(?, ?, ?, ?, ?)",
+                           (consume_upload, bucket, kb, etag, now))
         if current is not None and current[2]:
             kept = {p for p, _ in files or ()}
             self._discard([p for p, _ in json.loads(current[2]) if p not in kept])
@@ -583,7 +592,10 @@ class LocalStore:
                            parts: Sequence[tuple[int, str]],
                            condition: WriteCondition | None = None,
                            meta_update: MetaUpdate | None = None) -> ObjectInfo:
-        upload = self.get_upload(bucket, key, upload_id)
+        try:
+            upload = self.get_upload(bucket, key, upload_id)
+        except NoSuchUpload:
+            return self._completed_before(bucket, key, upload_id)
         stored, files_by_part = self._parts_snapshot(upload_id)
         chosen = _check_parts(parts, stored)
         md5s = b"".join(bytes.fromhex(p.etag) for p in chosen)
@@ -595,6 +607,22 @@ class LocalStore:
         used = {f for f, _ in files}
         self._discard([f for f in files_by_part.values() if f not in used])
         return info
+
+    def _completed_before(self, bucket: str, key: str, upload_id: str) -> ObjectInfo:
+        """A retried Complete (its first response lost) gets the object it created.
+
+        Like S3, this holds only while that object is still the current one.
+        """
+        row = self._db().execute("SELECT etag FROM completed WHERE upload_id=? AND bucket=? AND key=?",
+                                 (upload_id, bucket, key.encode())).fetchone()
+        if row is not None:
+            try:
+                info = self.head_object(bucket, key)
+            except NoSuchKey:
+                info = None
+            if info is not None and info.etag == row[0]:
+                return info
+        raise NoSuchUpload()
 
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
         self.get_upload(bucket, key, upload_id)
@@ -619,7 +647,10 @@ class LocalStore:
         return [u for u in uploads if u.key.startswith(prefix)]
 
     def expire_uploads(self, older_than: float) -> int:
-        """Abort uploads initiated before ``older_than`` (unix seconds)."""
+        """Abort uploads initiated before ``older_than`` (unix seconds), and forget
+        completions older than that."""
+        with self._write() as db:
+            db.execute("DELETE FROM completed WHERE at < ?", (older_than,))
         rows = self._db().execute("SELECT bucket, key, upload_id FROM uploads WHERE initiated < ?",
                                   (older_than,)).fetchall()
         for bucket, key, upload_id in rows:
