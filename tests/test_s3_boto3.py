@@ -315,6 +315,17 @@ def test_unimplemented_subresources_do_not_act(s3, bucket):
     assert s3.get_object_acl(Bucket=bucket, Key="tagged")["Grants"][0]["Permission"] == "FULL_CONTROL"
 
 
+@pytest.mark.parametrize("kwargs", [{"Tagging": "a=b"}, {"ServerSideEncryption": "aws:kms"},
+                                    {"SSECustomerAlgorithm": "AES256", "SSECustomerKey": "k" * 32},
+                                    {"ObjectLockMode": "GOVERNANCE",
+                                     "ObjectLockRetainUntilDate": "2030-01-01T00:00:00Z"}])
+def test_unsupported_features_are_refused_not_ignored(s3, bucket, kwargs):
+    with pytest.raises(ClientError) as err:
+        s3.put_object(Bucket=bucket, Key="feature", Body=b"x", **kwargs)
+    assert code_of(err.value) == "NotImplemented"
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
 # -- listings --------------------------------------------------------------
 
 

@@ -73,8 +73,26 @@ _OBJECT_OPS = {
 }
 
 
+#: Request headers asking for features the gateway does not have. Ignoring them would
+#: let a client believe its object is tagged, locked or encrypted under its own key.
+UNSUPPORTED_HEADERS = {
+    "x-amz-tagging": "Object tagging",
+    "x-amz-object-lock-mode": "Object Lock",
+    "x-amz-object-lock-retain-until-date": "Object Lock",
+    "x-amz-object-lock-legal-hold": "Object Lock",
+    "x-amz-server-side-encryption": "Per-request server-side encryption (the gateway seals "
+                                    "everything at rest under its own keys)",
+    "x-amz-server-side-encryption-customer-algorithm": "SSE-C (customer-provided keys)",
+    "x-amz-copy-source-server-side-encryption-customer-algorithm": "SSE-C (customer-provided keys)",
+    "x-amz-website-redirect-location": "Website redirects",
+}
+
+
 def route(req: Request) -> Operation:
     """The operation a request names, or an S3Error saying why there is none."""
+    for header, feature in UNSUPPORTED_HEADERS.items():
+        if header in req.headers:
+            raise not_implemented(f"{feature} ({header})")
     if req.bucket is None:
         if req.method == "GET":
             return LIST_BUCKETS
