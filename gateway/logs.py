@@ -8,6 +8,7 @@ path of every request. Callers pass fields, never whole requests, so secrets
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import threading
 import time
@@ -52,6 +53,19 @@ class JsonLog:
 log = JsonLog()
 
 
+class _Forward(logging.Handler):
+    """Sends records of libraries (uvicorn, asyncio) through the JSON log too."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = "error" if record.levelno >= 40 else "warning" if record.levelno >= 30 else "info"
+        fields = {"logger": record.name, "message": record.getMessage()}
+        if record.exc_info and record.exc_info[0] is not None:
+            fields["error"] = record.exc_info[0].__name__
+        log.log(level, "library", **fields)
+
+
 def configure(level: str) -> None:
-    global log
     log._level = LEVELS.get(level, 20)
+    root = logging.getLogger()
+    root.handlers[:] = [_Forward()]
+    root.setLevel(max(LEVELS.get(level, 20), logging.WARNING))
