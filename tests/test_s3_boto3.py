@@ -528,6 +528,34 @@ def test_multipart_checksums(s3, bucket):
     assert head["ChecksumCRC32"] == expected
 
 
+@pytest.mark.parametrize("algorithm", ["CRC32", "CRC32C", "CRC64NVME"])
+def test_multipart_full_object_checksum(s3, bucket, algorithm):
+    import awscrt.checksums as crc
+
+    data = [os.urandom(5 * MIB), os.urandom(777)]
+    whole = b"".join(data)
+    functions = {"CRC32": (crc.crc32, 4), "CRC32C": (crc.crc32c, 4), "CRC64NVME": (crc.crc64nvme, 8)}
+    fn, size = functions[algorithm]
+    expected = base64.b64encode(fn(whole).to_bytes(size, "big")).decode()
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="full", ChecksumAlgorithm=algorithm,
+                                     ChecksumType="FULL_OBJECT")["UploadId"]
+    parts = []
+    for n, d in enumerate(data, 1):
+        r = s3.upload_part(Bucket=bucket, Key="full", UploadId=uid, PartNumber=n, Body=d,
+                           ChecksumAlgorithm=algorithm)
+        parts.append({"PartNumber": n, "ETag": r["ETag"], f"Checksum{algorithm}": r[f"Checksum{algorithm}"]})
+    wrong = base64.b64encode(b"\0" * size).decode()
+    with pytest.raises(ClientError) as err:
+        s3.complete_multipart_upload(Bucket=bucket, Key="full", UploadId=uid, ChecksumType="FULL_OBJECT",
+                                     MultipartUpload={"Parts": parts}, **{f"Checksum{algorithm}": wrong})
+    assert code_of(err.value) == "BadDigest"
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="full", UploadId=uid, ChecksumType="FULL_OBJECT",
+                                        MultipartUpload={"Parts": parts}, **{f"Checksum{algorithm}": expected})
+    assert done[f"Checksum{algorithm}"] == expected and done["ChecksumType"] == "FULL_OBJECT"
+    got = s3.get_object(Bucket=bucket, Key="full", ChecksumMode="ENABLED")
+    assert got["Body"].read() == whole and got[f"Checksum{algorithm}"] == expected
+
+
 def test_managed_transfers(s3, bucket, tmp_path):
     src = tmp_path / "big.bin"
     src.write_bytes(os.urandom(20 * MIB + 17))

@@ -115,8 +115,11 @@ class LimitedReader:
             parts.append(chunk)
 
 
-def upload_stream(req) -> tuple[object, Callable[[], dict[str, str]]]:
+def upload_stream(req, header_checksums: bool = True) -> tuple[object, Callable[[], dict[str, str]]]:
     """The decoded, verified body of an upload, and a finalizer returning its checksums.
+
+    ``header_checksums=False`` is for CompleteMultipartUpload, whose x-amz-checksum-*
+    headers describe the whole object, not the XML body.
 
     Reading the returned stream to its end raises if anything does not match:
     chunk or trailer signatures, the signed SHA-256, Content-MD5, or an
@@ -143,7 +146,7 @@ def upload_stream(req) -> tuple[object, Callable[[], dict[str, str]]]:
                                    decoded_length=expected_size, declared_trailers=declared)
         source = chunked
     signed_sha256 = None if mode.startswith("STREAMING-") or mode == "UNSIGNED-PAYLOAD" else mode
-    algorithms, expected = checksum_request(req.headers)
+    algorithms, expected = checksum_request(req.headers) if header_checksums else ([], {})
     algorithms = list(dict.fromkeys([*algorithms, *req.extra_checksums]))
 
     def expected_values() -> dict[str, str]:

@@ -7,7 +7,7 @@ from typing import Sequence
 
 from ...store.base import ObjectMeta, PartInfo
 from ..body import LimitedReader, upload_stream
-from ..checksums import ALGORITHMS, composite
+from ..checksums import ALGORITHMS, composite, full_object
 from ..conditions import check_read, write_condition
 from ..context import S3Context
 from ..errors import S3Error
@@ -30,10 +30,12 @@ def create_upload(ctx: S3Context, req: Request) -> Response:
         if algorithm not in ALGORITHMS:
             raise S3Error("InvalidRequest", f"Checksum algorithm {algorithm} is not supported; use "
                           f"one of {', '.join(ALGORITHMS)}.")
-        checksum_type = (req.header("x-amz-checksum-type") or "COMPOSITE").upper()
-        if checksum_type != "COMPOSITE":
-            raise S3Error("InvalidRequest", "Only the COMPOSITE checksum type is supported for "
-                          "multipart uploads.")
+        checksum_type = (req.header("x-amz-checksum-type") or _default_type(algorithm)).upper()
+        if checksum_type not in ("COMPOSITE", "FULL_OBJECT"):
+            raise S3Error("InvalidRequest", "x-amz-checksum-type must be COMPOSITE or FULL_OBJECT.")
+        if checksum_type == "FULL_OBJECT" and algorithm not in FULL_OBJECT_ALGORITHMS:
+            raise S3Error("InvalidRequest", f"The FULL_OBJECT checksum type needs a CRC algorithm "
+                          f"({', '.join(FULL_OBJECT_ALGORITHMS)}), not {algorithm}.")
         meta.checksums = {algorithm: ""}
         meta.checksum_type = checksum_type
         headers += [("x-amz-checksum-algorithm", algorithm), ("x-amz-checksum-type", checksum_type)]
@@ -41,6 +43,15 @@ def create_upload(ctx: S3Context, req: Request) -> Response:
     return Response(200, [("content-type", "application/xml"), *headers], document(
         "InitiateMultipartUploadResult",
         [element("Bucket", req.bucket), element("Key", req.key), element("UploadId", upload.upload_id)]))
+
+
+#: CRCs combine across parts without rereading the data, so they can cover the whole object.
+FULL_OBJECT_ALGORITHMS = ("CRC32", "CRC32C", "CRC64NVME")
+
+
+def _default_type(algorithm: str) -> str:
+    """AWS's default: CRC64NVME is always FULL_OBJECT, the others COMPOSITE."""
+    return "FULL_OBJECT" if algorithm == "CRC64NVME" else "COMPOSITE"
 
 
 def _part_number(req: Request) -> int:
@@ -110,7 +121,7 @@ def _copy_range(value: str | None, size: int) -> tuple[int, int]:
 
 
 def complete_upload(ctx: S3Context, req: Request) -> Response:
-    body, _ = upload_stream(req)
+    body, _ = upload_stream(req, header_checksums=False)
     root = parse(LimitedReader(body, 4 * 1024 * 1024).read_all())
     nodes = children(root, "Part")
     if not nodes:
@@ -126,7 +137,7 @@ def complete_upload(ctx: S3Context, req: Request) -> Response:
                            if child_text(node, f"Checksum{a}")}
     info = ctx.store.complete_multipart(
         req.bucket, req.key, req.query["uploadId"], parts, write_condition(req.headers),
-        meta_update=lambda meta, chosen: _with_checksum(meta, chosen, claimed))
+        meta_update=lambda meta, chosen: _with_checksum(meta, chosen, claimed, req.headers))
     headers = [(f"x-amz-checksum-{a.lower()}", v) for a, v in info.meta.checksums.items()]
     fields = [element("Location", f"/{req.bucket}/{req.key}"), element("Bucket", req.bucket),
               element("Key", req.key), element("ETag", f'"{info.etag}"')]
@@ -137,8 +148,10 @@ def complete_upload(ctx: S3Context, req: Request) -> Response:
                     document("CompleteMultipartUploadResult", fields))
 
 
-def _with_checksum(meta: ObjectMeta, chosen: Sequence[PartInfo], claimed: dict) -> ObjectMeta:
-    """The composite checksum of the chosen parts, after checking what the client claimed."""
+def _with_checksum(meta: ObjectMeta, chosen: Sequence[PartInfo], claimed: dict,
+                   headers: dict[str, str]) -> ObjectMeta:
+    """The object's checksum from its chosen parts (COMPOSITE, or FULL_OBJECT for CRCs),
+    after checking what the client claimed for each part and, if it sent one, the whole."""
     for part in chosen:
         for algorithm, value in claimed.get(part.part_number, {}).items():
             if part.checksums.get(algorithm) not in (None, value):
@@ -149,13 +162,26 @@ def _with_checksum(meta: ObjectMeta, chosen: Sequence[PartInfo], claimed: dict) 
     for algorithm in algorithms:
         digests = [p.checksums.get(algorithm) for p in chosen]
         if all(digests):
-            meta.checksums[algorithm] = composite(algorithm, [base64.b64decode(d) for d in digests])
+            raw = [base64.b64decode(d) for d in digests]
+            if meta.checksum_type == "FULL_OBJECT":
+                value = full_object(algorithm, [(d, p.size) for d, p in zip(raw, chosen)])
+                _check_claimed_whole(algorithm, value, headers)
+            else:
+                value = composite(algorithm, raw)
+            meta.checksums[algorithm] = value
         else:
             raise S3Error("InvalidRequest", f"The upload was created with {algorithm} checksums, "
                           "but some parts were uploaded without one.")
     if not meta.checksums:
         meta.checksum_type = None
     return meta
+
+
+def _check_claimed_whole(algorithm: str, value: str, headers: dict[str, str]) -> None:
+    claimed = headers.get(f"x-amz-checksum-{algorithm.lower()}")
+    if claimed is not None and claimed != value:
+        raise S3Error("BadDigest", f"The {algorithm} you specified for the whole object did not "
+                      "match the checksum of its parts.")
 
 
 def abort_upload(ctx: S3Context, req: Request) -> Response:
