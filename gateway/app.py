@@ -100,5 +100,5 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="orgmem")
     ctx = S3Context(store=store, region=config.region)
     authenticator = Authenticator(RootCredentials(access_key, secret_key))
-    s3 = S3App(ctx, authenticator, executor, domain=config.domain)
+    s3 = S3App(ctx, authenticator, executor, domain=config.domain, body_timeout=config.body_timeout)
     return Gateway(config, store, s3, executor)

@@ -29,6 +29,7 @@ def main() -> None:
 @click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key for --tls-cert.")
 @click.option("--region", help="Region the gateway reports (default us-east-1).")
 @click.option("--upload-expiry", type=int, help="Abort multipart uploads older than this many seconds.")
+@click.option("--body-timeout", type=int, help="Seconds an upload may send nothing before it is abandoned (default 60).")
 @click.option("--log-level", type=click.Choice(list(logs.LEVELS)), help="Log level (default info).")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""

@@ -22,6 +22,8 @@ class Config:
     upload_expiry: int = 7 * 24 * 3600
     #: worker threads that run storage calls
     threads: int = 64
+    #: seconds an upload may stall (send nothing) before it is abandoned
+    body_timeout: int = 60
     log_level: str = "info"
     root_access_key: str | None = None
     root_secret_key: str | None = None

@@ -31,6 +31,7 @@ class RootCredentials:
         self._secret = secret_key
 
     def lookup(self, access_key: str) -> tuple[Principal, str] | None:
-        if hmac.compare_digest(access_key.encode(), self._principal.access_key.encode()):
+        candidate = access_key.encode("utf-8", "surrogateescape")
+        if hmac.compare_digest(candidate, self._principal.access_key.encode()):
             return self._principal, self._secret
         return None

@@ -10,6 +10,7 @@ then the signed payload hash, then Content-MD5 and x-amz-checksum-* values.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from typing import Awaitable, Callable
 
 from .errors import S3Error
@@ -57,8 +58,14 @@ class ReceiveReader:
     handed on without being copied into a growing buffer.
     """
 
+    #: Seconds a worker waits for the next bytes of a stalled upload before giving up,
+    #: so a client that stops sending cannot hold a worker thread forever.
+    timeout: float = 60.0
+
     def __init__(self, receive: Callable[[], Awaitable[dict]], loop: asyncio.AbstractEventLoop,
-                 expected: int | None) -> None:
+                 expected: int | None, timeout: float | None = None) -> None:
+        if timeout is not None:
+            self.timeout = timeout
         self._receive = receive
         self._loop = loop
         self._expected = expected
@@ -74,7 +81,14 @@ class ReceiveReader:
         if n < 0:
             return self._read_all()
         if not self._pending and self._more:
-            data = asyncio.run_coroutine_threadsafe(self._pull(), self._loop).result()
+            future = asyncio.run_coroutine_threadsafe(self._pull(), self._loop)
+            try:
+                data = future.result(timeout=self.timeout)
+            except concurrent.futures.TimeoutError:
+                future.cancel()
+                raise S3Error("RequestTimeout", "Your socket connection to the server was not "
+                              "read from or written to within the timeout period; nothing was "
+                              "written.") from None
             self._received += len(data)
             self._pending = memoryview(data)
         if not self._pending:
@@ -130,13 +144,13 @@ def upload_stream(req, header_checksums: bool = True) -> tuple[object, Callable[
 
     mode = req.payload_hash or "UNSIGNED-PAYLOAD"
     source = req.body if req.body is not None else BufferedBody(b"")
-    expected_size = _int_header(req, "content-length")
+    expected_size = int_header(req, "content-length")
     chunked = None
     if mode.startswith("STREAMING-"):
         if mode not in STREAMING_MODES:
             raise S3Error("InvalidArgument", f"x-amz-content-sha256 {mode} is not a payload mode "
                           "this gateway knows.")
-        expected_size = _int_header(req, "x-amz-decoded-content-length")
+        expected_size = int_header(req, "x-amz-decoded-content-length")
         if expected_size is None:
             raise S3Error("MissingContentLength", "An aws-chunked upload must send "
                           "x-amz-decoded-content-length.", 411)
@@ -156,10 +170,33 @@ def upload_stream(req, header_checksums: bool = True) -> tuple[object, Callable[
                            if k.startswith("x-amz-checksum-")})
         return values
 
+    if expected_size is None:
+        source = CappedReader(source, MAX_UNDECLARED_BODY)
     verifying = VerifyingReader(source, content_md5=req.header("content-md5"), algorithms=algorithms,
                                 expected=expected_values, expected_size=expected_size,
                                 content_sha256=signed_sha256)
     return verifying, lambda: dict(verifying.checksums)
+
+
+#: The most a body of undeclared length (Transfer-Encoding: chunked) may carry: S3's
+#: single-PUT limit.
+MAX_UNDECLARED_BODY = 5 * 1024**3
+
+
+class CappedReader:
+    """Stops a body that has no declared length once it passes the object size limit."""
+
+    def __init__(self, source, limit: int) -> None:
+        self._source = source
+        self._left = limit
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self._source.read(n)
+        self._left -= len(chunk)
+        if self._left < 0:
+            raise S3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed "
+                          "object size of 5 GiB; nothing was written.")
+        return chunk
 
 
 STREAMING_MODES = frozenset({
@@ -169,7 +206,7 @@ STREAMING_MODES = frozenset({
 })
 
 
-def _int_header(req, name: str) -> int | None:
+def int_header(req, name: str) -> int | None:
     value = req.header(name)
     if value is None:
         return None

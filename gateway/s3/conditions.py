@@ -44,16 +44,16 @@ def check_read(info: ObjectInfo, headers: dict[str, str], prefix: str = "") -> N
         raise S3Error("PreconditionFailed" if prefix else "NotModified", "Not Modified", not_modified)
 
 
-def write_condition(headers: dict[str, str]) -> WriteCondition | None:
-    """If-None-Match: * and If-Match on PutObject / CompleteMultipartUpload / CopyObject."""
+def write_condition(headers: dict[str, str], writer: str | None) -> WriteCondition:
+    """If-None-Match: * and If-Match on PutObject / CompleteMultipartUpload / CopyObject,
+    and who is writing (so the store can recognise a retried conditional write)."""
     none_match = headers.get("if-none-match")
     match = headers.get("if-match")
-    if none_match is None and match is None:
-        return None
     if none_match is not None and none_match.strip() != "*":
         raise S3Error("NotImplemented", "If-None-Match on a write accepts only '*'.")
     return WriteCondition(if_none_match=none_match is not None,
-                          if_match=match.strip().strip('"') if match is not None else None)
+                          if_match=match.strip().strip('"') if match is not None else None,
+                          writer=writer)
 
 
 def parse_range(value: str | None, size: int) -> tuple[int, int] | None:
@@ -70,7 +70,7 @@ def parse_range(value: str | None, size: int) -> tuple[int, int] | None:
     try:
         if first == "":
             suffix = int(last)
-            if suffix <= 0:
+            if suffix <= 0 or size == 0:
                 raise _unsatisfiable(size)
             return max(0, size - suffix), size
         start = int(first)

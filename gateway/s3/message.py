@@ -33,6 +33,11 @@ class Request:
         return self.headers.get(name, default)
 
     @property
+    def writer(self) -> str | None:
+        """The name writes are recorded under (see WriteCondition.writer)."""
+        return getattr(self.principal, "name", None)
+
+    @property
     def resource(self) -> str:
         if self.bucket is None:
             return "/"

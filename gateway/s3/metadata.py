@@ -63,8 +63,6 @@ def object_headers(info: ObjectInfo, with_checksums: bool) -> list[tuple[str, st
         headers.extend((f"x-amz-checksum-{alg.lower()}", v) for alg, v in meta.checksums.items())
         if meta.checksum_type:
             headers.append(("x-amz-checksum-type", meta.checksum_type))
-    if info.part_sizes:
-        headers.append(("x-amz-mp-parts-count", str(len(info.part_sizes))))
     return headers
 
 
@@ -83,5 +81,9 @@ def apply_overrides(headers: list[tuple[str, str]], query: dict[str, str]) -> li
     overrides = {h: query[q] for q, h in _OVERRIDES.items() if q in query}
     if not overrides:
         return headers
+    for name, value in overrides.items():
+        if any(ord(c) < 32 or ord(c) == 127 for c in value) or not value.isascii():
+            raise S3Error("InvalidArgument", f"The value for response-{name} must be printable "
+                          "ASCII without control characters.")
     kept = [(k, v) for k, v in headers if k not in overrides]
     return kept + list(overrides.items())

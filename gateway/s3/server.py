@@ -26,8 +26,9 @@ from .names import check_bucket_name
 from .router import route
 from .xml import error_document
 
-#: Bodies up to this size are received on the loop before the handler runs.
-SMALL_BODY = 256 * 1024
+#: Bodies up to this size are received on the loop before the handler runs (and so
+#: before authentication: kept small, so unauthenticated clients pin little memory).
+SMALL_BODY = 64 * 1024
 #: Responses up to this size are read in the worker thread and sent in one write.
 SMALL_RESPONSE = 256 * 1024
 STREAM_CHUNK = 1024 * 1024
@@ -44,7 +45,9 @@ def allow_authenticated(req: Request, action: str) -> None:
 
 class S3App:
     def __init__(self, ctx: S3Context, authenticator: Authenticator, executor: ThreadPoolExecutor,
-                 domain: str | None = None, authorize: Authorizer = allow_authenticated) -> None:
+                 domain: str | None = None, authorize: Authorizer = allow_authenticated,
+                 body_timeout: float = 60.0) -> None:
+        self.body_timeout = body_timeout
         self.ctx = ctx
         self.authenticator = authenticator
         self.executor = executor
@@ -70,7 +73,7 @@ class S3App:
         except Exception as exc:  # noqa: BLE001 - every failure becomes an S3 error
             response, op_name = self._error_response(exc, req, request_id, scope), None
         response.headers.append(("x-amz-request-id", request_id))
-        sent = await self._send(response, send, loop, scope["method"] == "HEAD")
+        sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
         log.info("request", request_id=request_id, method=scope["method"],
                  path=scope.get("path"), op=op_name, status=response.status, bytes_out=sent,
                  ms=round((time.perf_counter() - started) * 1000, 2),
@@ -115,7 +118,7 @@ class S3App:
         if length is not None and length.isdigit() and int(length) <= SMALL_BODY:
             return BufferedBody(await _receive_all(receive, int(length)))
         expected = int(length) if length is not None and length.isdigit() else None
-        return ReceiveReader(receive, loop, expected)
+        return ReceiveReader(receive, loop, expected, timeout=self.body_timeout)
 
     # -- handling (worker thread) -------------------------------------------
 
@@ -160,7 +163,7 @@ class S3App:
 
     # -- response -----------------------------------------------------------
 
-    async def _send(self, response: Response, send, loop, head: bool) -> int:
+    async def _send(self, response: Response, send, receive, loop, head: bool) -> int:
         headers = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in response.headers]
         if response.stream is None and not any(k == b"content-length" for k, _ in headers):
             headers.append((b"content-length", str(len(response.body)).encode()))
@@ -169,21 +172,30 @@ class S3App:
         if response.stream is None:
             await send({"type": "http.response.body", "body": b"" if head else response.body})
             return 0 if head else len(response.body)
-        return await self._stream(response, send, loop)
+        return await self._stream(response, send, receive, loop)
 
-    async def _stream(self, response: Response, send, loop) -> int:
+    async def _stream(self, response: Response, send, receive, loop) -> int:
+        """Send a large body chunk by chunk; stop reading the store if the client leaves."""
         sent = 0
+        gone = asyncio.ensure_future(_wait_disconnect(receive))
         try:
-            while True:
+            while not gone.done():
                 chunk = await loop.run_in_executor(self.executor, response.stream.read, STREAM_CHUNK)
                 if not chunk:
+                    await send({"type": "http.response.body", "body": b""})
                     break
                 sent += len(chunk)
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            await send({"type": "http.response.body", "body": b""})
         finally:
+            gone.cancel()
             response.stream.close()
         return sent
+
+
+async def _wait_disconnect(receive) -> None:
+    """Returns once the client has gone (the request body was read already)."""
+    while (await receive())["type"] != "http.disconnect":
+        pass
 
 
 async def _receive_all(receive, length: int) -> bytes:

@@ -160,7 +160,8 @@ def canonical_uri(raw_path: str | bytes) -> str:
     raw = _as_bytes(raw_path) or b"/"
     if _SAFE_PATH.fullmatch(raw):
         return raw.decode("ascii")
-    return quote_from_bytes(unquote_to_bytes(raw), safe="/")
+    # Segment by segment, so an encoded slash (%2F) stays encoded as the client signed it.
+    return "/".join(quote_from_bytes(unquote_to_bytes(seg), safe="") for seg in raw.split(b"/"))
 
 
 def _query_bytes(component: bytes) -> bytes:

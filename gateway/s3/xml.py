@@ -80,8 +80,10 @@ def children(node: ElementTree.Element, name: str) -> list[ElementTree.Element]:
     return [c for c in node if local(c.tag) == name]
 
 
-def child_text(node: ElementTree.Element, name: str) -> str | None:
+def child_text(node: ElementTree.Element, name: str, strip: bool = True) -> str | None:
+    """The text of the first child named ``name``; object keys pass ``strip=False``,
+    since leading and trailing spaces are part of a key."""
     for c in node:
         if local(c.tag) == name:
-            return (c.text or "").strip()
+            return (c.text or "").strip() if strip else (c.text or "")
     return None

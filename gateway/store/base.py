@@ -101,6 +101,9 @@ class WriteCondition:
 
     if_none_match: bool = False
     if_match: str | None = None  # etag without quotes
+    #: who writes (a principal's name): a failed condition whose object this same
+    #: writer just wrote with the same bytes is a retry, answered with success
+    writer: str | None = None
 
 
 @dataclass

@@ -76,7 +76,8 @@ CREATE TABLE IF NOT EXISTS objects(
     mtime REAL NOT NULL,
     meta TEXT NOT NULL,
     files TEXT,            -- JSON [[relative path, size], ...] or NULL when inline
-    data BLOB,             -- inline bytes (kept last: listings never read it)
+    data BLOB,             -- inline bytes (listings never read it)
+    writer TEXT,           -- principal that wrote it, to recognise retried conditional writes
     PRIMARY KEY(bucket, key)
 );
 CREATE TABLE IF NOT EXISTS uploads(
@@ -126,15 +127,26 @@ class LocalObjectReader:
         self._root = root
         self._remaining = end - start
         self._data = data[start:end] if data is not None else None
-        self._segments = self._locate(files, start)
         self._fh = None
+        # Every file is opened now, while the row that names it is current: an
+        # overwrite or delete may unlink it at any moment, and an open file stays
+        # readable, so a GET in flight is never cut short.
+        self._segments = []
+        try:
+            for path, offset in self._locate(files, start, end):
+                fh = open(root / path, "rb")
+                self._segments.append(fh)
+                fh.seek(offset)
+        except BaseException:
+            self.close()
+            raise
 
     @staticmethod
-    def _locate(files: list[tuple[str, int]], start: int) -> list[tuple[str, int]]:
-        """The (path, offset) of every segment the range touches, from ``start``."""
+    def _locate(files: list[tuple[str, int]], start: int, end: int) -> list[tuple[str, int]]:
+        """The (path, offset) of every segment the range [start, end) touches."""
         segments, offset = [], 0
         for path, size in files:
-            if offset + size > start:
+            if offset + size > start and offset < end:
                 segments.append((path, max(0, start - offset)))
             offset += size
         return segments
@@ -155,9 +167,7 @@ class LocalObjectReader:
             if self._fh is None:
                 if not self._segments:
                     return b""
-                path, offset = self._segments.pop(0)
-                self._fh = open(self._root / path, "rb")
-                self._fh.seek(offset)
+                self._fh = self._segments.pop(0)
             chunk = self._fh.read(n)
             if chunk:
                 return chunk
@@ -165,9 +175,10 @@ class LocalObjectReader:
             self._fh = None
 
     def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
+        for fh in [self._fh, *self._segments]:
+            if fh is not None:
+                fh.close()
+        self._fh, self._segments = None, []
 
 
 class LocalStore:
@@ -182,6 +193,7 @@ class LocalStore:
         self._write_lock = threading.Lock()
         self._lock_owner()
         self._db().executescript(_SCHEMA)
+        self._migrate()
         self._recover()
 
     # -- plumbing ---------------------------------------------------------
@@ -226,6 +238,12 @@ class LocalStore:
     def _write(self) -> "LocalStore._Txn":
         """A serialized write transaction; commits on success, rolls back on error."""
         return LocalStore._Txn(self)
+
+    def _migrate(self) -> None:
+        """Bring an index made by an earlier version up to this schema."""
+        columns = {row[1] for row in self._db().execute("PRAGMA table_info(objects)")}
+        if "writer" not in columns:
+            self._db().execute("ALTER TABLE objects ADD COLUMN writer TEXT")
 
     def _recover(self) -> None:
         """Remove what a crash left behind: temp files and unreferenced data files."""
@@ -289,7 +307,7 @@ class LocalStore:
         """Move a staged file to its final place; returns its path relative to the root."""
         final = directory / name
         for attempt in range(3):
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            _ensure_dir(directory)
             try:
                 os.rename(staged.tmp_path, final)
                 break
@@ -385,11 +403,10 @@ class LocalStore:
             self._require_bucket(db, bucket)
             if consume_upload is not None:
                 _check_upload_unchanged(db, consume_upload, files or [])
-            current = db.execute("SELECT etag, mtime, files, size, meta FROM objects "
+            current = db.execute("SELECT etag, mtime, files, size, meta, writer FROM objects "
                                  "WHERE bucket=? AND key=?", (bucket, kb)).fetchone()
             if not _condition_holds(condition, current):
-                if current is not None and current[0] == etag:
-                    # A retry of a conditional write that already succeeded.
+                if consume_upload is None and _is_retry(condition, current, etag, now):
                     self._discard([p for p, _ in files or ()])
                     return ObjectInfo(bucket, key, current[3], current[0], current[1],
                                       ObjectMeta.from_dict(json.loads(current[4])))
@@ -397,10 +414,11 @@ class LocalStore:
                     raise NoSuchKey()
                 raise PreconditionFailed()
             db.execute(
-                "INSERT OR REPLACE INTO objects(bucket, key, size, etag, mtime, meta, files, data) "
-                "VALUES(?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO objects(bucket, key, size, etag, mtime, meta, files, data, writer) "
+                "VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (bucket, kb, size, etag, now, json.dumps(meta.to_dict()),
-                 json.dumps(files) if files is not None else None, data))
+                 json.dumps(files) if files is not None else None, data,
+                 condition.writer if condition else None))
             if consume_upload is not None:
                 db.execute("DELETE FROM uploads WHERE upload_id=?", (consume_upload,))
                 db.execute("DELETE FROM parts WHERE upload_id=?", (consume_upload,))
@@ -433,11 +451,17 @@ class LocalStore:
 
     def open_object(self, bucket: str, key: str, start: int = 0,
                     end: int | None = None) -> LocalObjectReader:
-        row = self._row(bucket, key, with_data=True)
-        info = self._info(bucket, key, row)
-        end = info.size if end is None else min(end, info.size)
-        files = [tuple(f) for f in json.loads(row[4])] if row[4] else []
-        return LocalObjectReader(info, self.root, row[5], files, start, end)
+        for attempt in range(3):
+            row = self._row(bucket, key, with_data=True)
+            info = self._info(bucket, key, row)
+            stop = info.size if end is None else min(end, info.size)
+            files = [tuple(f) for f in json.loads(row[4])] if row[4] else []
+            try:
+                return LocalObjectReader(info, self.root, row[5], files, start, stop)
+            except FileNotFoundError:
+                if attempt == 2:  # replaced between reading its row and opening its files
+                    raise StoreUnavailable("The object keeps changing while being opened; retry.")
+        raise AssertionError("unreachable")
 
     def delete_object(self, bucket: str, key: str) -> None:
         with self._write() as db:
@@ -463,9 +487,10 @@ class LocalStore:
             for rel, part_size in json.loads(src_files):
                 name = uuid.uuid4().hex
                 target = self.root / "objects" / name[:2]
-                target.mkdir(exist_ok=True, mode=0o700)
+                _ensure_dir(target)
                 try:
                     os.link(self.root / rel, target / name)
+                    _fsync_dir(target)  # the new name must survive a crash once acknowledged
                 except FileNotFoundError:
                     self._discard([p for p, _ in files])
                     raise NoSuchKey("The source object changed while it was being copied.") from None
@@ -486,6 +511,8 @@ class LocalStore:
         entries: list[ListEntry] = []
         prefixes: list[str] = []
         last = None
+        if limit <= 0:
+            return ListPage(entries, prefixes, False, None)
         while len(entries) + len(prefixes) < limit:
             rows = db.execute(
                 "SELECT key, size, etag, mtime FROM objects WHERE bucket=? AND key>=? "
@@ -533,7 +560,7 @@ class LocalStore:
             db.execute("INSERT INTO uploads(upload_id, bucket, key, initiated, meta) "
                        "VALUES(?, ?, ?, ?, ?)",
                        (upload_id, bucket, key.encode(), now, json.dumps(meta.to_dict())))
-        (self.root / "parts" / upload_id).mkdir(mode=0o700)
+        _ensure_dir(self.root / "parts" / upload_id)
         return UploadInfo(bucket, key, upload_id, now, meta)
 
     def get_upload(self, bucket: str, key: str, upload_id: str) -> UploadInfo:
@@ -641,7 +668,7 @@ class LocalStore:
         db = self._db()
         self._require_bucket(db, bucket)
         rows = db.execute("SELECT upload_id, key, initiated, meta FROM uploads WHERE bucket=? "
-                          "ORDER BY key, initiated", (bucket,))
+                          "ORDER BY key, upload_id", (bucket,))
         uploads = [UploadInfo(bucket, k.decode(), u, i, ObjectMeta.from_dict(json.loads(m)))
                    for u, k, i, m in rows]
         return [u for u in uploads if u.key.startswith(prefix)]
@@ -677,6 +704,19 @@ class LocalStore:
             db.close()
             self._local.db = None
         self._lockfile.close()
+
+
+#: How long after a write its writer's identical conditional retry is recognised.
+RETRY_WINDOW = 900.0
+
+
+def _is_retry(condition: WriteCondition | None, current: tuple | None, etag: str, now: float) -> bool:
+    """A failed conditional write is the retry of one that succeeded (its response lost)
+    when the same writer wrote these same bytes moments ago. Another writer with the
+    same bytes still loses: of concurrent conditional writers exactly one wins."""
+    return (condition is not None and condition.writer is not None and current is not None
+            and current[0] == etag and current[5] == condition.writer
+            and now - current[1] <= RETRY_WINDOW)
 
 
 def _condition_holds(condition: WriteCondition | None, current: tuple | None) -> bool:
@@ -758,6 +798,17 @@ def _successor(prefix: bytes) -> bytes:
     if not stripped:
         return b"\xff" * 1100
     return stripped[:-1] + bytes([stripped[-1] + 1])
+
+
+def _ensure_dir(path: Path) -> None:
+    """Make a directory durably: its entry in the parent is fsynced too."""
+    if path.is_dir():
+        return
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        return
+    _fsync_dir(path.parent)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from ..context import S3Context
 from ..message import Request, Response
 from ..names import check_new_bucket_name
-from ..body import LimitedReader
+from ..body import LimitedReader, upload_stream
 from ..xml import child_text, document, element, iso8601, parse
 
 
@@ -20,7 +20,8 @@ def list_buckets(ctx: S3Context, req: Request) -> Response:
 
 def create_bucket(ctx: S3Context, req: Request) -> Response:
     check_new_bucket_name(req.bucket)
-    body = LimitedReader(req.body, 64 * 1024).read_all() if req.body else b""
+    stream, _ = upload_stream(req)  # verifies a signed x-amz-content-sha256 too
+    body = LimitedReader(stream, 64 * 1024).read_all()
     if body.strip():
         location = child_text(parse(body), "LocationConstraint")
         ctx.check_region(location)

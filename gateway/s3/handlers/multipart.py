@@ -6,7 +6,7 @@ import base64
 from typing import Sequence
 
 from ...store.base import ObjectMeta, PartInfo
-from ..body import LimitedReader, upload_stream
+from ..body import LimitedReader, int_header, upload_stream
 from ..checksums import ALGORITHMS, composite, full_object
 from ..conditions import check_read, write_condition
 from ..context import S3Context
@@ -67,8 +67,10 @@ def _part_number(req: Request) -> int:
 
 def upload_part(ctx: S3Context, req: Request) -> Response:
     number = _part_number(req)
-    size = req.header("x-amz-decoded-content-length") or req.header("content-length")
-    if size is not None and int(size) > MAX_PART_SIZE:
+    size = int_header(req, "x-amz-decoded-content-length")
+    if size is None:
+        size = int_header(req, "content-length")
+    if size is not None and size > MAX_PART_SIZE:
         raise S3Error("EntityTooLarge", "A part may be at most 5 GiB.")
     upload = ctx.store.get_upload(req.bucket, req.key, req.query["uploadId"])
     # The upload's declared algorithm is computed even when a client sends no part checksum,
@@ -136,7 +138,7 @@ def complete_upload(ctx: S3Context, req: Request) -> Response:
         claimed[number] = {a: child_text(node, f"Checksum{a}") for a in ALGORITHMS
                            if child_text(node, f"Checksum{a}")}
     info = ctx.store.complete_multipart(
-        req.bucket, req.key, req.query["uploadId"], parts, write_condition(req.headers),
+        req.bucket, req.key, req.query["uploadId"], parts, write_condition(req.headers, req.writer),
         meta_update=lambda meta, chosen: _with_checksum(meta, chosen, claimed, req.headers))
     headers = [(f"x-amz-checksum-{a.lower()}", v) for a, v in info.meta.checksums.items()]
     fields = [element("Location", f"/{req.bucket}/{req.key}"), element("Bucket", req.bucket),
@@ -204,7 +206,7 @@ def list_parts(ctx: S3Context, req: Request) -> Response:
     limit = _int_param(req, "max-parts", 1000, 1000)
     marker = _int_param(req, "part-number-marker", 0, MAX_PART_NUMBER)
     parts = [p for p in ctx.store.list_parts(req.bucket, req.key, upload_id) if p.part_number > marker]
-    page, truncated = parts[:limit], len(parts) > limit
+    page, truncated = parts[:limit], len(parts) > limit and limit > 0
     body = [element("Bucket", req.bucket), element("Key", req.key), element("UploadId", upload_id),
             element("PartNumberMarker", marker),
             element("NextPartNumberMarker", page[-1].part_number if page else marker),
@@ -225,7 +227,7 @@ def list_uploads(ctx: S3Context, req: Request) -> Response:
     id_marker = req.query.get("upload-id-marker", "")
     uploads = [u for u in ctx.store.list_uploads(req.bucket, req.query.get("prefix", ""))
                if (u.key, u.upload_id if id_marker else "") > (key_marker, id_marker) or not key_marker]
-    page, truncated = uploads[:limit], len(uploads) > limit
+    page, truncated = uploads[:limit], len(uploads) > limit and limit > 0
     body = [element("Bucket", req.bucket), element("KeyMarker", key_marker),
             element("UploadIdMarker", id_marker),
             element("NextKeyMarker", page[-1].key if truncated else ""),

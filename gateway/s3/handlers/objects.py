@@ -5,7 +5,7 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from ...store.base import NoSuchBucket, ObjectInfo, ObjectMeta
-from ..body import LimitedReader, upload_stream
+from ..body import LimitedReader, int_header, upload_stream
 from ..conditions import check_read, parse_range, write_condition
 from ..context import S3Context
 from ..errors import S3Error, from_exception
@@ -21,17 +21,19 @@ def put_object(ctx: S3Context, req: Request) -> Response:
     check_key(req.key)
     _check_size(ctx, req)
     meta = meta_from_headers(req.headers)
-    condition = write_condition(req.headers)
+    condition = write_condition(req.headers, req.writer)
     body, finalize = upload_stream(req)
     info = ctx.store.put_object(req.bucket, req.key, body, meta, condition, finalize)
     return Response(200, [("etag", f'"{info.etag}"'), *_checksum_headers(info.meta)])
 
 
 def _check_size(ctx: S3Context, req: Request) -> None:
-    size = req.header("x-amz-decoded-content-length") or req.header("content-length")
+    size = int_header(req, "x-amz-decoded-content-length")
+    if size is None:
+        size = int_header(req, "content-length")
     if size is None and "chunked" not in (req.header("transfer-encoding") or ""):
         raise S3Error("MissingContentLength", "You must provide the Content-Length HTTP header.")
-    if size is not None and int(size) > ctx.max_object_size:
+    if size is not None and size > ctx.max_object_size:
         raise S3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed object "
                       "size of 5 GiB; use a multipart upload.")
 
@@ -59,7 +61,19 @@ def _read_object(ctx: S3Context, req: Request, with_body: bool) -> Response:
     else:
         info = ctx.store.head_object(req.bucket, req.key)
     try:
-        check_read(info, req.headers)
+        try:
+            check_read(info, req.headers)
+        except S3Error as err:
+            if err.status != 304:
+                raise
+            if reader is not None:
+                reader.close()
+            # AWS repeats the validators on 304 so caches can refresh them.
+            return Response(304, [(k, v) for k, v in object_headers(info, False)
+                                  if k in ("etag", "last-modified")])
+        if "partNumber" in req.query and "range" in req.headers:
+            raise S3Error("InvalidRequest", "Cannot specify both Range header and partNumber "
+                          "query parameter.")
         span = _requested_span(info, req)
         headers = object_headers(info, with_checksums=span is None and _checksum_mode(req))
         status, length = 200, info.size
@@ -74,6 +88,8 @@ def _read_object(ctx: S3Context, req: Request, with_body: bool) -> Response:
                     raise S3Error("PreconditionFailed", "The object changed while it was being read; retry.")
         elif with_body and reader is None:
             reader = ctx.store.open_object(req.bucket, req.key)
+        if "partNumber" in req.query:
+            headers.append(("x-amz-mp-parts-count", str(len(info.part_sizes) or 1)))
         headers = apply_overrides(headers, req.query)
         headers.append(("content-length", str(length)))
     except BaseException:
@@ -130,7 +146,7 @@ def delete_objects(ctx: S3Context, req: Request, allowed=None) -> Response:
     ctx.store.head_bucket(req.bucket)
     results = []
     for node in objects:
-        key = child_text(node, "Key")
+        key = child_text(node, "Key", strip=False)
         if not key:
             raise S3Error("MalformedXML", "Every Object in a Delete request needs a Key.")
         results.append(_delete_one(ctx, req, key, allowed, quiet))
@@ -189,6 +205,6 @@ def copy_object(ctx: S3Context, req: Request) -> Response:
         meta.checksums = dict(source.meta.checksums)
         meta.checksum_type = source.meta.checksum_type
     info = ctx.store.copy_object(src_bucket, src_key, req.bucket, req.key, meta,
-                                 write_condition(req.headers), source_etag=source.etag)
+                                 write_condition(req.headers, req.writer), source_etag=source.etag)
     return Response.xml(document("CopyObjectResult", [
         element("LastModified", iso8601(info.last_modified)), element("ETag", f'"{info.etag}"')]))
