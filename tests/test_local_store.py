@@ -120,3 +120,16 @@ def test_large_object_bytes_live_in_files_and_are_reclaimed(store, tmp_path):
     assert store.open_object("b", "copy").read(-1) == b"z" * (2 * MIB)
     store.delete_object("b", "copy")
     assert not [f for f in (tmp_path / "store" / "objects").rglob("*") if f.is_file()]
+
+
+def test_identical_bytes_from_two_writers_one_wins(store):
+    """A lock object whose body is the same for everyone is still exclusive."""
+    store.put_object("b", "lock", _body(b"locked"), ObjectMeta(),
+                     WriteCondition(if_none_match=True, writer="agent-1"))
+    with pytest.raises(PreconditionFailed):
+        store.put_object("b", "lock", _body(b"locked"), ObjectMeta(),
+                         WriteCondition(if_none_match=True, writer="agent-2"))
+    # The first writer's retry of the same write is recognised.
+    info = store.put_object("b", "lock", _body(b"locked"), ObjectMeta(),
+                            WriteCondition(if_none_match=True, writer="agent-1"))
+    assert info.size == 6
