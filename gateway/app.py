@@ -92,7 +92,15 @@ class Gateway:
 
 
 def open_store(config: Config) -> ObjectStore:
-    return LocalStore(Path(config.data) / "store")
+    store = LocalStore(Path(config.data) / "store")
+    recovery = store.recovery
+    if recovery["missing_data_files"]:
+        log.error("store_damaged", missing_data_files=recovery["missing_data_files"],
+                  hint="objects naming these files will answer 503 until restored from backup")
+    if recovery["temp_files_removed"] or recovery["orphan_files_removed"]:
+        log.info("store_recovered", temp_files_removed=recovery["temp_files_removed"],
+                 orphan_files_removed=recovery["orphan_files_removed"])
+    return store
 
 
 def build(config: Config, access_key: str, secret_key: str) -> Gateway:

@@ -50,6 +50,7 @@ def test_sigkill_during_large_upload(tmp_path):
         keys = [o["Key"] for o in s3.list_objects_v2(Bucket="crash").get("Contents", [])]
         assert keys == ["replaced"]
         assert _files_under(tmp_dir) == []
+        assert '"event":"store_recovered"' in gw.log()
         # The in-progress multipart upload survives a restart and completes.
         parts = s3.list_parts(Bucket="crash", Key="parts", UploadId=uid)["Parts"]
         s3.complete_multipart_upload(Bucket="crash", Key="parts", UploadId=uid, MultipartUpload={

@@ -133,3 +133,19 @@ def test_identical_bytes_from_two_writers_one_wins(store):
     info = store.put_object("b", "lock", _body(b"locked"), ObjectMeta(),
                             WriteCondition(if_none_match=True, writer="agent-1"))
     assert info.size == 6
+
+
+def test_recovery_reports_missing_data_files(tmp_path):
+    store = LocalStore(tmp_path / "s")
+    store.create_bucket("b")
+    store.put_object("b", "big", _body(b"q" * (1 * MIB)), ObjectMeta())
+    data_file = next(f for f in (tmp_path / "s" / "objects").rglob("*") if f.is_file())
+    (tmp_path / "s" / "tmp" / "leftover").write_bytes(b"partial")
+    store.close()
+    data_file.unlink()
+    reopened = LocalStore(tmp_path / "s")
+    try:
+        assert reopened.recovery["temp_files_removed"] == 1
+        assert reopened.recovery["missing_data_files"] == [str(data_file.relative_to(tmp_path / "s"))]
+    finally:
+        reopened.close()

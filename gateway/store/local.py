@@ -246,7 +246,12 @@ class LocalStore:
             self._db().execute("ALTER TABLE objects ADD COLUMN writer TEXT")
 
     def _recover(self) -> None:
-        """Remove what a crash left behind: temp files and unreferenced data files."""
+        """Remove what a crash left behind (temp files, data files no row refers to),
+        and report rows whose data files are missing, which no crash should cause.
+
+        The outcome is kept in ``self.recovery`` for the gateway to log.
+        """
+        temp = sum(1 for _ in (self.root / "tmp").iterdir())
         shutil.rmtree(self.root / "tmp", ignore_errors=True)
         (self.root / "tmp").mkdir(mode=0o700, exist_ok=True)
         db = self._db()
@@ -254,15 +259,21 @@ class LocalStore:
         for (files,) in db.execute("SELECT files FROM objects WHERE files IS NOT NULL"):
             referenced.update(path for path, _ in json.loads(files))
         live_uploads = {row[0] for row in db.execute("SELECT upload_id FROM uploads")}
+        present, orphans = set(), 0
         for top in ("objects", "parts"):
             for dirpath, _dirs, names in os.walk(self.root / top):
                 for name in names:
                     rel = os.path.relpath(os.path.join(dirpath, name), self.root)
-                    if rel not in referenced:
+                    if rel in referenced:
+                        present.add(rel)
+                    else:
                         os.unlink(os.path.join(dirpath, name))
+                        orphans += 1
         for entry in os.scandir(self.root / "parts"):
             if entry.name not in live_uploads and not any(os.scandir(entry.path)):
                 os.rmdir(entry.path)
+        self.recovery = {"temp_files_removed": temp, "orphan_files_removed": orphans,
+                         "missing_data_files": sorted(referenced - present)[:100]}
 
     def _stage(self, body: Readable, finalize: Finalizer | None) -> _Staged:
         """Read a body to its end: inline in memory if small, else an fsynced temp file."""
