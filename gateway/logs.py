@@ -7,12 +7,13 @@ path of every request. Callers pass fields, never whole requests, so secrets
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
 import time
 from typing import Any, TextIO
+
+import orjson
 
 LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 
@@ -28,7 +29,7 @@ class JsonLog:
             return
         record = {"ts": round(time.time(), 3), "level": level, "event": event}
         record.update(fields)
-        line = json.dumps(record, default=str, separators=(",", ":")) + "\n"
+        line = orjson.dumps(record, default=str, option=orjson.OPT_APPEND_NEWLINE).decode()
         with self._lock:
             self._stream.write(line)
             if LEVELS[level] >= 30 or self._stream.isatty():

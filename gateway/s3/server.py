@@ -21,9 +21,9 @@ from .body import BufferedBody, ReceiveReader, receive_some
 from .context import S3Context
 from .errors import S3Error, from_exception
 from .message import Request, Response, split_path
-from .sigv4 import parse_query
 from .names import check_bucket_name
 from .router import route
+from .sigv4 import parse_query
 from .xml import error_document
 
 #: Bodies up to this size are received on the loop before the handler runs (and so

@@ -20,10 +20,10 @@ import functools
 import hashlib
 import hmac
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from email.utils import parsedate_to_datetime
-from typing import Mapping, Sequence
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
 ALGORITHM = "AWS4-HMAC-SHA256"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Iterable
 from urllib.parse import quote
@@ -23,7 +24,12 @@ def iso8601(ts: float) -> str:
 
 def http_date(ts: float) -> str:
     """RFC 7231 date for Last-Modified."""
-    return time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(ts))
+    return _http_date(int(ts))
+
+
+@functools.lru_cache(maxsize=4096)
+def _http_date(seconds: int) -> str:
+    return time.strftime("%a, %d %b %Y %H:%M:%S GMT", time.gmtime(seconds))
 
 
 class Encoder:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator, Sequence
 
+import orjson
+
 from .base import (
     BucketAlreadyExists,
     BucketInfo,
@@ -257,7 +259,7 @@ class LocalStore:
         db = self._db()
         referenced = {row[0] for row in db.execute("SELECT file FROM parts")}
         for (files,) in db.execute("SELECT files FROM objects WHERE files IS NOT NULL"):
-            referenced.update(path for path, _ in json.loads(files))
+            referenced.update(path for path, _ in orjson.loads(files))
         live_uploads = {row[0] for row in db.execute("SELECT upload_id FROM uploads")}
         present, orphans = set(), 0
         for top in ("objects", "parts"):
@@ -420,7 +422,7 @@ class LocalStore:
                 if consume_upload is None and _is_retry(condition, current, etag, now):
                     self._discard([p for p, _ in files or ()])
                     return ObjectInfo(bucket, key, current[3], current[0], current[1],
-                                      ObjectMeta.from_dict(json.loads(current[4])))
+                                      ObjectMeta.from_dict(orjson.loads(current[4])))
                 if condition and condition.if_match and current is None:
                     raise NoSuchKey()
                 raise PreconditionFailed()
@@ -437,7 +439,7 @@ class LocalStore:
                            (consume_upload, bucket, kb, etag, now))
         if current is not None and current[2]:
             kept = {p for p, _ in files or ()}
-            self._discard([p for p, _ in json.loads(current[2]) if p not in kept])
+            self._discard([p for p, _ in orjson.loads(current[2]) if p not in kept])
         part_sizes = [s for _, s in files] if files and len(files) > 1 else ()
         return ObjectInfo(bucket, key, size, etag, now, meta, part_sizes)
 
@@ -452,10 +454,10 @@ class LocalStore:
         return row
 
     def _info(self, bucket: str, key: str, row: tuple) -> ObjectInfo:
-        files = json.loads(row[4]) if row[4] else []
+        files = orjson.loads(row[4]) if row[4] else []
         part_sizes = [s for _, s in files] if len(files) > 1 else ()
         return ObjectInfo(bucket, key, row[0], row[1], row[2],
-                          ObjectMeta.from_dict(json.loads(row[3])), part_sizes)
+                          ObjectMeta.from_dict(orjson.loads(row[3])), part_sizes)
 
     def head_object(self, bucket: str, key: str) -> ObjectInfo:
         return self._info(bucket, key, self._row(bucket, key, with_data=False))
@@ -466,7 +468,7 @@ class LocalStore:
             row = self._row(bucket, key, with_data=True)
             info = self._info(bucket, key, row)
             stop = info.size if end is None else min(end, info.size)
-            files = [tuple(f) for f in json.loads(row[4])] if row[4] else []
+            files = [tuple(f) for f in orjson.loads(row[4])] if row[4] else []
             try:
                 return LocalObjectReader(info, self.root, row[5], files, start, stop)
             except FileNotFoundError:
@@ -481,7 +483,7 @@ class LocalStore:
                              (bucket, key.encode())).fetchone()
             db.execute("DELETE FROM objects WHERE bucket=? AND key=?", (bucket, key.encode()))
         if row is not None and row[0]:
-            self._discard([p for p, _ in json.loads(row[0])])
+            self._discard([p for p, _ in orjson.loads(row[0])])
 
     def copy_object(self, src_bucket: str, src_key: str, bucket: str, key: str,
                     meta: ObjectMeta | None, condition: WriteCondition | None = None,
@@ -491,11 +493,11 @@ class LocalStore:
         size, etag, _, src_meta, src_files, data = row
         if source_etag is not None and source_etag != etag:
             raise PreconditionFailed()
-        new_meta = meta if meta is not None else ObjectMeta.from_dict(json.loads(src_meta))
+        new_meta = meta if meta is not None else ObjectMeta.from_dict(orjson.loads(src_meta))
         files = None
         if src_files:
             files = []
-            for rel, part_size in json.loads(src_files):
+            for rel, part_size in orjson.loads(src_files):
                 name = uuid.uuid4().hex
                 target = self.root / "objects" / name[:2]
                 _ensure_dir(target)
@@ -581,7 +583,7 @@ class LocalStore:
         if row is None:
             self._require_bucket(self._db(), bucket)
             raise NoSuchUpload()
-        return UploadInfo(bucket, key, upload_id, row[0], ObjectMeta.from_dict(json.loads(row[1])))
+        return UploadInfo(bucket, key, upload_id, row[0], ObjectMeta.from_dict(orjson.loads(row[1])))
 
     def upload_part(self, bucket: str, key: str, upload_id: str, part_number: int,
                     body: Readable, finalize: Finalizer | None = None) -> PartInfo:
@@ -616,7 +618,7 @@ class LocalStore:
         rows = self._db().execute(
             "SELECT part_number, size, etag, mtime, checksums, file FROM parts WHERE upload_id=?",
             (upload_id,)).fetchall()
-        parts = {n: PartInfo(n, sz, e, m, json.loads(c)) for n, sz, e, m, c, _ in rows}
+        parts = {n: PartInfo(n, sz, e, m, orjson.loads(c)) for n, sz, e, m, c, _ in rows}
         return parts, {row[0]: row[5] for row in rows}
 
     def list_parts(self, bucket: str, key: str, upload_id: str) -> list[PartInfo]:
@@ -624,7 +626,7 @@ class LocalStore:
         rows = self._db().execute(
             "SELECT part_number, size, etag, mtime, checksums FROM parts WHERE upload_id=? "
             "ORDER BY part_number", (upload_id,))
-        return [PartInfo(n, s, e, m, json.loads(c)) for n, s, e, m, c in rows]
+        return [PartInfo(n, s, e, m, orjson.loads(c)) for n, s, e, m, c in rows]
 
     def complete_multipart(self, bucket: str, key: str, upload_id: str,
                            parts: Sequence[tuple[int, str]],
@@ -680,7 +682,7 @@ class LocalStore:
         self._require_bucket(db, bucket)
         rows = db.execute("SELECT upload_id, key, initiated, meta FROM uploads WHERE bucket=? "
                           "ORDER BY key, upload_id", (bucket,))
-        uploads = [UploadInfo(bucket, k.decode(), u, i, ObjectMeta.from_dict(json.loads(m)))
+        uploads = [UploadInfo(bucket, k.decode(), u, i, ObjectMeta.from_dict(orjson.loads(m)))
                    for u, k, i, m in rows]
         return [u for u in uploads if u.key.startswith(prefix)]
 

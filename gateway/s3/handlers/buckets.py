@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from ..body import LimitedReader, upload_stream
 from ..context import S3Context
 from ..message import Request, Response
 from ..names import check_new_bucket_name
-from ..body import LimitedReader, upload_stream
 from ..xml import child_text, document, element, iso8601, parse
 
 

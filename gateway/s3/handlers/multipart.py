@@ -14,7 +14,7 @@ from ..errors import S3Error
 from ..message import Request, Response
 from ..metadata import meta_from_headers
 from ..names import check_key
-from ..xml import children, child_text, document, element, iso8601, parse
+from ..xml import child_text, children, document, element, iso8601, parse
 from .objects import parse_copy_source
 
 MAX_PART_NUMBER = 10_000

@@ -12,7 +12,7 @@ from ..errors import S3Error, from_exception
 from ..message import Request, Response
 from ..metadata import apply_overrides, meta_from_headers, object_headers
 from ..names import check_bucket_name, check_key
-from ..xml import children, child_text, document, element, iso8601, parse
+from ..xml import child_text, children, document, element, iso8601, parse
 
 MAX_DELETE_KEYS = 1000
 
