@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import signal
-import socket
 import sys
 from pathlib import Path
 
@@ -33,8 +31,7 @@ def main() -> None:
 @click.option("--log-level", type=click.Choice(list(logs.LEVELS)), help="Log level (default info).")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""
-    import uvicorn
-
+    from . import httpserver
     from .app import build
     from .rootkeys import load_or_create
 
@@ -55,63 +52,8 @@ def serve(config_file: str | None, **flags) -> None:
     app = build(config, access, secret)
     logs.log.info("starting", host=config.host, port=config.port, scheme=config.scheme,
                   data=str(Path(config.data).resolve()), domain=config.domain)
-    server_config = uvicorn.Config(
-        app, host=config.host, port=config.port, loop="uvloop", http=_nodelay_protocol(),
-        ssl_certfile=config.tls_cert, ssl_keyfile=config.tls_key, log_config=None,
-        access_log=False, server_header=False, lifespan="on", timeout_keep_alive=30,
-        timeout_graceful_shutdown=30, backlog=2048)
-    server = uvicorn.Server(server_config)
-    # uvicorn drains connections on SIGTERM/SIGINT, then re-raises the signal to the
-    # previous handler: make that handler a clean exit rather than death by signal.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: sys.exit(0))
-    server.run(sockets=[_listen(config.host, config.port)])
+    httpserver.run(app, config)
     sys.exit(0)
-
-
-def _nodelay_protocol():
-    """uvicorn's httptools protocol with TCP_NODELAY on every connection, and prompt TLS shutdown.
-
-    uvicorn writes response headers and body in separate writes; with Nagle's
-    algorithm on, a small body waits for the peer's delayed ACK: 40 ms per GET.
-    """
-    from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
-
-    class NoDelayProtocol(HttpToolsProtocol):
-        def connection_made(self, transport) -> None:
-            sock = transport.get_extra_info("socket")
-            if sock is not None:
-                try:
-                    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                except OSError:
-                    pass
-            super().connection_made(transport)
-
-        def shutdown(self) -> None:
-            # An idle keep-alive connection is aborted rather than closed: closing a
-            # TLS connection waits for the client's close_notify, which an idle
-            # client never sends, and would hold shutdown for the whole grace period.
-            idle = self.cycle is None or self.cycle.response_complete
-            if idle and self.transport.get_write_buffer_size() == 0:
-                self.transport.abort()
-            else:
-                super().shutdown()
-
-    return NoDelayProtocol
-
-
-def _listen(host: str, port: int) -> socket.socket:
-    """The listening socket, bound here so a busy port is a clear error."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from ...store.base import NoSuchBucket, ObjectInfo, ObjectMeta
+from ...store.base import ObjectInfo, ObjectMeta
 from ..body import LimitedReader, int_header, upload_stream
 from ..conditions import check_read, parse_range, write_condition
 from ..context import S3Context
@@ -190,10 +190,7 @@ def copy_object(ctx: S3Context, req: Request) -> Response:
     directive = (req.header("x-amz-metadata-directive") or "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata directive: use COPY or REPLACE.")
-    try:
-        source = ctx.store.head_object(src_bucket, src_key)
-    except NoSuchBucket:
-        raise
+    source = ctx.store.head_object(src_bucket, src_key)
     check_read(source, req.headers, prefix="x-amz-copy-source-")
     if (src_bucket, src_key) == (req.bucket, req.key) and directive == "COPY":
         raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to copy "
