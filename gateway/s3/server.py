@@ -9,6 +9,7 @@ worker thread, where handlers are plain synchronous functions.
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import time
 import traceback
@@ -86,7 +87,9 @@ class S3App:
         headers: dict[str, str] = {}
         for name, value in scope["headers"]:
             key = name.decode("latin-1").lower()
-            text = value.decode("latin-1")
+            # UTF-8 with surrogate escapes: non-ASCII metadata reads as text, and the
+            # signature check re-encodes it to exactly the bytes that were signed.
+            text = value.decode("utf-8", "surrogateescape")
             headers[key] = f"{headers[key]},{text}" if key in headers else text
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         raw_query = scope.get("query_string", b"").decode("latin-1")
@@ -164,7 +167,7 @@ class S3App:
     # -- response -----------------------------------------------------------
 
     async def _send(self, response: Response, send, receive, loop, head: bool) -> int:
-        headers = [(k.encode("latin-1"), v.encode("latin-1", "replace")) for k, v in response.headers]
+        headers = [(k.encode("latin-1"), _header_bytes(v)) for k, v in response.headers]
         if response.stream is None and not any(k == b"content-length" for k, _ in headers):
             headers.append((b"content-length", str(len(response.body)).encode()))
         headers.append((b"server", b"orgmem"))
@@ -190,6 +193,14 @@ class S3App:
             gone.cancel()
             response.stream.close()
         return sent
+
+
+def _header_bytes(value: str) -> bytes:
+    """ASCII as is; anything else (user metadata) in RFC 2047 form, as AWS sends it."""
+    if value.isascii():
+        return value.encode("ascii")
+    raw = value.encode("utf-8", "surrogateescape")
+    return b"=?UTF-8?B?" + base64.b64encode(raw) + b"?="
 
 
 async def _wait_disconnect(receive) -> None:

@@ -68,7 +68,8 @@ def list_objects_v1(ctx: S3Context, req: Request) -> Response:
     page = _page(ctx, req, marker, limit)
     head = _common(req, enc, limit, page)
     head.insert(2, f"<Marker>{enc.key(marker)}</Marker>")
-    if page.is_truncated and page.next_marker:
+    if page.is_truncated and page.next_marker and req.query.get("delimiter"):
+        # Without a delimiter AWS leaves NextMarker out: clients resume from the last Key.
         head.append(f"<NextMarker>{enc.key(page.next_marker)}</NextMarker>")
     return Response.xml(document("ListBucketResult", head + _body(ctx, req, page, enc, True)))
 

@@ -225,18 +225,44 @@ def list_uploads(ctx: S3Context, req: Request) -> Response:
     limit = _int_param(req, "max-uploads", 1000, 1000)
     key_marker = req.query.get("key-marker", "")
     id_marker = req.query.get("upload-id-marker", "")
-    uploads = [u for u in ctx.store.list_uploads(req.bucket, req.query.get("prefix", ""))
+    prefix, delimiter = req.query.get("prefix", ""), req.query.get("delimiter", "")
+    uploads = [u for u in ctx.store.list_uploads(req.bucket, prefix)
                if (u.key, u.upload_id if id_marker else "") > (key_marker, id_marker) or not key_marker]
-    page, truncated = uploads[:limit], len(uploads) > limit and limit > 0
+    entries = _roll_up(uploads, prefix, delimiter)
+    page, truncated = entries[:limit], len(entries) > limit and limit > 0
+    last = page[-1] if truncated else None
     body = [element("Bucket", req.bucket), element("KeyMarker", key_marker),
             element("UploadIdMarker", id_marker),
-            element("NextKeyMarker", page[-1].key if truncated else ""),
-            element("NextUploadIdMarker", page[-1].upload_id if truncated else ""),
-            element("Prefix", req.query.get("prefix", "")),
-            element("MaxUploads", limit), element("IsTruncated", str(truncated).lower())]
+            element("NextKeyMarker", "" if last is None else last if isinstance(last, str) else last.key),
+            element("NextUploadIdMarker", last.upload_id if last is not None and not isinstance(last, str) else ""),
+            element("Prefix", prefix)]
+    if delimiter:
+        body.append(element("Delimiter", delimiter))
+    body += [element("MaxUploads", limit), element("IsTruncated", str(truncated).lower())]
     for u in page:
+        if isinstance(u, str):
+            continue
         body.append("<Upload>" + element("Key", u.key) + element("UploadId", u.upload_id)
                     + "<Initiator>" + element("ID", ctx.owner_id) + element("DisplayName", ctx.owner_name)
                     + "</Initiator>" + ctx.owner_xml() + "<StorageClass>STANDARD</StorageClass>"
                     + element("Initiated", iso8601(u.initiated)) + "</Upload>")
+    body += [f"<CommonPrefixes>{element('Prefix', p)}</CommonPrefixes>" for p in page if isinstance(p, str)]
     return Response.xml(document("ListMultipartUploadsResult", body))
+
+
+def _roll_up(uploads: list, prefix: str, delimiter: str) -> list:
+    """Uploads in key order, with keys that hold the delimiter after the prefix rolled
+    up into one common-prefix string each (which counts once toward max-uploads)."""
+    if not delimiter:
+        return uploads
+    entries, seen = [], set()
+    for upload in uploads:
+        cut = upload.key.find(delimiter, len(prefix))
+        if cut < 0:
+            entries.append(upload)
+            continue
+        common = upload.key[:cut + len(delimiter)]
+        if common not in seen:
+            seen.add(common)
+            entries.append(common)
+    return entries
