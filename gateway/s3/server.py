@@ -23,7 +23,7 @@ from .context import S3Context
 from .errors import S3Error, from_exception
 from .message import Request, Response, split_path
 from .names import check_bucket_name
-from .router import route
+from .router import SUBRESOURCES, route
 from .sigv4 import parse_query
 from .xml import error_document
 
@@ -49,6 +49,8 @@ class S3App:
                  domain: str | None = None, authorize: Authorizer = allow_authenticated,
                  body_timeout: float = 60.0) -> None:
         self.body_timeout = body_timeout
+        #: requests being handled in worker threads right now
+        self._in_threads = 0
         self.ctx = ctx
         self.authenticator = authenticator
         self.executor = executor
@@ -70,7 +72,17 @@ class S3App:
                 response, op_name = self._handle(req)
             else:
                 req.body = await self._body(req, receive, loop)
-                response, op_name = await loop.run_in_executor(self.executor, self._handle, req)
+                if self._in_threads == 0 and _cheap_write(req):
+                    # A small PUT or a DELETE is one short transaction: a hop to a worker
+                    # thread costs more CPU than the work. Only when no other request is
+                    # in the workers, so the loop never waits behind a large write.
+                    response, op_name = self._handle(req)
+                else:
+                    self._in_threads += 1
+                    try:
+                        response, op_name = await loop.run_in_executor(self.executor, self._handle, req)
+                    finally:
+                        self._in_threads -= 1
         except Exception as exc:  # noqa: BLE001 - every failure becomes an S3 error
             response, op_name = self._error_response(exc, req, request_id, scope), None
         response.headers.append(("x-amz-request-id", request_id))
@@ -193,6 +205,16 @@ class S3App:
             gone.cancel()
             response.stream.close()
         return sent
+
+
+def _cheap_write(req: Request) -> bool:
+    """PutObject with a body already received, or DeleteObject: one small transaction."""
+    if req.key is None or any(name in SUBRESOURCES for name in req.query):
+        return False
+    if req.method == "DELETE":
+        return True
+    return (req.method == "PUT" and isinstance(req.body, BufferedBody)
+            and "x-amz-copy-source" not in req.headers)
 
 
 def _header_bytes(value: str) -> bytes:
