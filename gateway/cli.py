@@ -23,11 +23,14 @@ def main() -> None:
 @click.option("--port", type=int, help="Port to bind (default 9000).")
 @click.option("--data", help="Data directory of the embedded store (default ./orgmem-data).")
 @click.option("--domain", help="Serve virtual-host style requests for BUCKET.<domain>.")
-@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False), help="PEM certificate: serve HTTPS.")
-@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False), help="PEM private key for --tls-cert.")
+@click.option("--tls-cert", type=click.Path(exists=True, dir_okay=False),
+              help="PEM certificate: serve HTTPS.")
+@click.option("--tls-key", type=click.Path(exists=True, dir_okay=False),
+              help="PEM private key for --tls-cert.")
 @click.option("--region", help="Region the gateway reports (default us-east-1).")
 @click.option("--upload-expiry", type=int, help="Abort multipart uploads older than this many seconds.")
-@click.option("--body-timeout", type=int, help="Seconds an upload may send nothing before it is abandoned (default 60).")
+@click.option("--body-timeout", type=int,
+              help="Seconds an upload may send nothing before it is abandoned (default 60).")
 @click.option("--log-level", type=click.Choice(list(logs.LEVELS)), help="Log level (default info).")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 
 @dataclass
@@ -34,7 +35,7 @@ class Config:
 
     @classmethod
     def load(cls, flags: Mapping[str, Any] | None = None, config_file: str | None = None,
-             env: Mapping[str, str] | None = None) -> "Config":
+             env: Mapping[str, str] | None = None) -> Config:
         """Merge the four sources; unknown keys in the TOML file are an error, not ignored."""
         env = os.environ if env is None else env
         values: dict[str, Any] = {}

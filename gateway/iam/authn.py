@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hmac
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 from ..s3 import sigv4
 from ..s3.sigv4 import AuthError, SigningContext

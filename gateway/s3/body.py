@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 from .errors import S3Error
 

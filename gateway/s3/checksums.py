@@ -15,7 +15,8 @@ import base64
 import binascii
 import hashlib
 import zlib
-from typing import Callable, Iterable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Protocol
 
 from awscrt import checksums as _crt
 

@@ -16,7 +16,7 @@ the trailer signature and the decoded length have all been checked.
 from __future__ import annotations
 
 import hashlib
-from typing import Iterable
+from collections.abc import Iterable
 
 from ..store.base import Readable
 from .errors import S3Error

@@ -7,6 +7,8 @@ from email.utils import parsedate_to_datetime
 from ..store.base import ObjectInfo, WriteCondition
 from .errors import S3Error
 
+_FAILED = "At least one of the pre-conditions you specified did not hold"
+
 
 def _etags(value: str) -> list[str]:
     return [v.strip().removeprefix("W/").strip('"') for v in value.split(",")]
@@ -30,10 +32,10 @@ def check_read(info: ObjectInfo, headers: dict[str, str], prefix: str = "") -> N
     mtime = int(info.last_modified)
     if if_match is not None:
         if "*" not in _etags(if_match) and info.etag not in _etags(if_match):
-            raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold",
+            raise S3Error("PreconditionFailed", _FAILED,
                           Condition="If-Match")
     elif unmodified_since is not None and mtime > unmodified_since:
-        raise S3Error("PreconditionFailed", "At least one of the pre-conditions you specified did not hold",
+        raise S3Error("PreconditionFailed", _FAILED,
                       Condition="If-Unmodified-Since")
     not_modified = 412 if prefix else 304
     if if_none_match is not None:

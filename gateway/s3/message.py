@@ -54,7 +54,7 @@ class Response:
     length: int | None = None
 
     @classmethod
-    def xml(cls, body: bytes, status: int = 200) -> "Response":
+    def xml(cls, body: bytes, status: int = 200) -> Response:
         return cls(status, [("content-type", "application/xml")], body)
 
 

@@ -8,8 +8,8 @@ plain GET or PUT: a client that sets tags must not overwrite the object.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .context import S3Context
 from .errors import S3Error, not_implemented

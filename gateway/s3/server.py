@@ -13,8 +13,8 @@ import base64
 import os
 import time
 import traceback
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Awaitable, Callable
 
 from ..iam.authn import Authenticator
 from ..logs import log
@@ -114,7 +114,8 @@ class S3App:
         try:
             req.bucket, req.key = split_path(raw_path, self._host_bucket(headers.get("host", "")))
         except UnicodeDecodeError:
-            raise S3Error("InvalidURI", "Couldn't parse the specified URI: it is not valid UTF-8.", 400)
+            raise S3Error("InvalidURI", "Couldn't parse the specified URI: it is not valid UTF-8.",
+                          400) from None
         return req
 
     def _host_bucket(self, host: str) -> str | None:

@@ -22,7 +22,7 @@ import hmac
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from urllib.parse import quote_from_bytes, unquote_to_bytes
 
@@ -255,7 +255,7 @@ def _epoch(amz_date: str) -> float | None:
     if not m:
         return None
     try:
-        return datetime(*map(int, m.groups()), tzinfo=timezone.utc).timestamp()
+        return datetime(*map(int, m.groups()), tzinfo=UTC).timestamp()
     except ValueError:
         return None
 
@@ -269,7 +269,7 @@ def _request_date(headers: Mapping[str, str]) -> str:
             return amz
     elif headers.get("date"):
         try:
-            when = parsedate_to_datetime(headers["date"]).astimezone(timezone.utc)
+            when = parsedate_to_datetime(headers["date"]).astimezone(UTC)
             return when.strftime("%Y%m%dT%H%M%SZ")
         except (TypeError, ValueError, IndexError, OverflowError):
             pass
@@ -440,7 +440,7 @@ def _check_time(req: SignedRequest, now: float) -> None:
             raise AuthError("AccessDenied", "Request has expired",
                             details={"X-Amz-Expires": str(req.expires)})
     elif abs(now - when) > MAX_SKEW_SECONDS:
-        server = datetime.fromtimestamp(now, timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        server = datetime.fromtimestamp(now, UTC).strftime("%Y%m%dT%H%M%SZ")
         raise AuthError("RequestTimeTooSkewed", "The difference between the request time and "
                         "the current time is too large.",
                         details={"RequestTime": req.amz_date, "ServerTime": server,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Iterable
+from collections.abc import Iterable
 from urllib.parse import quote
 from xml.etree import ElementTree
 from xml.sax.saxutils import escape

@@ -7,8 +7,9 @@ caching, metrics) wraps any backend without either side noticing.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterator, Protocol, Sequence
+from typing import Protocol
 
 #: Buckets whose names start with this character hold gateway-internal data.
 #: S3 bucket names can never start with ".", so no client can reach them.
@@ -27,8 +28,9 @@ class StoreError(Exception):
     code = "InternalError"
 
     def __init__(self, message: str = "") -> None:
-        super().__init__(message or self.__doc__ or self.code)
-        self.message = message or (self.__doc__ or self.code).strip()
+        default = " ".join((self.__doc__ or self.code).split())
+        super().__init__(message or default)
+        self.message = message or default
 
 
 class NoSuchBucket(StoreError):
@@ -56,7 +58,8 @@ class NoSuchKey(StoreError):
 
 
 class NoSuchUpload(StoreError):
-    """The specified multipart upload does not exist. The upload ID may be invalid, or the upload may have been aborted or completed."""
+    """The specified multipart upload does not exist. The upload ID may be invalid,
+    or the upload may have been aborted or completed."""
 
     code = "NoSuchUpload"
 
@@ -125,7 +128,7 @@ class ObjectMeta:
         return {k: v for k, v in self.__dict__.items() if v not in (None, {}, "")}
 
     @classmethod
-    def from_dict(cls, data: dict) -> "ObjectMeta":
+    def from_dict(cls, data: dict) -> ObjectMeta:
         return cls(**data)
 
 
@@ -214,7 +217,7 @@ class ObjectStore(Protocol):
         body: Readable,
         meta: ObjectMeta,
         condition: WriteCondition | None = None,
-        finalize: "Finalizer | None" = None,
+        finalize: Finalizer | None = None,
     ) -> ObjectInfo: ...
     def head_object(self, bucket: str, key: str) -> ObjectInfo: ...
     def open_object(
@@ -250,7 +253,7 @@ class ObjectStore(Protocol):
         upload_id: str,
         part_number: int,
         body: Readable,
-        finalize: "Finalizer | None" = None,
+        finalize: Finalizer | None = None,
     ) -> PartInfo: ...
     def complete_multipart(
         self,
@@ -259,7 +262,7 @@ class ObjectStore(Protocol):
         upload_id: str,
         parts: Sequence[tuple[int, str]],
         condition: WriteCondition | None = None,
-        meta_update: "MetaUpdate | None" = None,
+        meta_update: MetaUpdate | None = None,
     ) -> ObjectInfo: ...
     def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None: ...
     def list_parts(self, bucket: str, key: str, upload_id: str) -> list[PartInfo]: ...

@@ -29,9 +29,9 @@ import sqlite3
 import threading
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
 
 import orjson
 
@@ -222,7 +222,7 @@ class LocalStore:
         return db
 
     class _Txn:
-        def __init__(self, store: "LocalStore") -> None:
+        def __init__(self, store: LocalStore) -> None:
             self.store = store
 
         def __enter__(self) -> sqlite3.Connection:
@@ -237,7 +237,7 @@ class LocalStore:
             finally:
                 self.store._write_lock.release()
 
-    def _write(self) -> "LocalStore._Txn":
+    def _write(self) -> LocalStore._Txn:
         """A serialized write transaction; commits on success, rolls back on error."""
         return LocalStore._Txn(self)
 
@@ -473,7 +473,8 @@ class LocalStore:
                 return LocalObjectReader(info, self.root, row[5], files, start, stop)
             except FileNotFoundError:
                 if attempt == 2:  # replaced between reading its row and opening its files
-                    raise StoreUnavailable("The object keeps changing while being opened; retry.")
+                    raise StoreUnavailable("The object keeps changing while being opened; "
+                                           "retry.") from None
         raise AssertionError("unreachable")
 
     def delete_object(self, bucket: str, key: str) -> None:

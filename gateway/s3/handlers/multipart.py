@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import base64
-from typing import Sequence
+from collections.abc import Sequence
 
 from ...store.base import ObjectMeta, PartInfo
 from ..body import LimitedReader, int_header, upload_stream
@@ -166,7 +166,7 @@ def _with_checksum(meta: ObjectMeta, chosen: Sequence[PartInfo], claimed: dict,
         if all(digests):
             raw = [base64.b64decode(d) for d in digests]
             if meta.checksum_type == "FULL_OBJECT":
-                value = full_object(algorithm, [(d, p.size) for d, p in zip(raw, chosen)])
+                value = full_object(algorithm, [(d, p.size) for d, p in zip(raw, chosen, strict=True)])
                 _check_claimed_whole(algorithm, value, headers)
             else:
                 value = composite(algorithm, raw)
@@ -231,10 +231,11 @@ def list_uploads(ctx: S3Context, req: Request) -> Response:
     entries = _roll_up(uploads, prefix, delimiter)
     page, truncated = entries[:limit], len(entries) > limit and limit > 0
     last = page[-1] if truncated else None
+    next_key = "" if last is None else last if isinstance(last, str) else last.key
+    next_id = "" if last is None or isinstance(last, str) else last.upload_id
     body = [element("Bucket", req.bucket), element("KeyMarker", key_marker),
             element("UploadIdMarker", id_marker),
-            element("NextKeyMarker", "" if last is None else last if isinstance(last, str) else last.key),
-            element("NextUploadIdMarker", last.upload_id if last is not None and not isinstance(last, str) else ""),
+            element("NextKeyMarker", next_key), element("NextUploadIdMarker", next_id),
             element("Prefix", prefix)]
     if delimiter:
         body.append(element("Delimiter", delimiter))
