@@ -1542,6 +1542,9 @@ def test_non_multipart_get_part(s3, bucket):
     etag = s3.put_object(Bucket=bucket, Key="foo", Body=b"body")["ETag"]
     resp = s3.get_object(Bucket=bucket, Key="foo", PartNumber=1)
     assert resp["ETag"] == etag and resp["Body"].read() == b"body"
+    # A ranged read of the whole object, as on AWS; PartsCount is for multipart objects only.
+    assert resp["ResponseMetadata"]["HTTPStatusCode"] == 206
+    assert resp["ContentRange"] == "bytes 0-3/4" and "PartsCount" not in resp
 
 
 # -- upload part copy ------------------------------------------------------------------

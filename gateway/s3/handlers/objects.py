@@ -88,8 +88,8 @@ def _read_object(ctx: S3Context, req: Request, with_body: bool) -> Response:
                     raise S3Error("PreconditionFailed", "The object changed while it was being read; retry.")
         elif with_body and reader is None:
             reader = ctx.store.open_object(req.bucket, req.key)
-        if "partNumber" in req.query:
-            headers.append(("x-amz-mp-parts-count", str(len(info.part_sizes) or 1)))
+        if "partNumber" in req.query and info.part_sizes:
+            headers.append(("x-amz-mp-parts-count", str(len(info.part_sizes))))
         headers = apply_overrides(headers, req.query)
         headers.append(("content-length", str(length)))
     except BaseException:
@@ -116,8 +116,9 @@ def _requested_span(info: ObjectInfo, req: Request) -> tuple[int, int] | None:
         raise S3Error("InvalidPartNumber" if number > 0 else "InvalidArgument",
                       "The requested partnumber is not satisfiable", 416)
     start = sum(sizes[:number - 1])
-    if not info.part_sizes:
+    if info.size == 0:
         return None
+    # Even part 1 of a single-part object is a ranged read (206), as on AWS.
     return start, start + sizes[number - 1]
 
 
