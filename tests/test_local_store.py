@@ -149,3 +149,18 @@ def test_recovery_reports_missing_data_files(tmp_path):
         assert reopened.recovery["missing_data_files"] == [str(data_file.relative_to(tmp_path / "s"))]
     finally:
         reopened.close()
+
+
+def test_part_uploaded_during_complete_is_not_orphaned(store, tmp_path):
+    """A part uploaded while a Complete runs (and not chosen by it) is removed with the upload."""
+    up = store.create_multipart("b", "k", ObjectMeta())
+    first = store.upload_part("b", "k", up.upload_id, 1, _body(b"a" * 10))
+    store.pause_in, store.thread_name = "_parts_snapshot", "completer"
+    thread, outcome = _run("completer", lambda: store.complete_multipart(
+        "b", "k", up.upload_id, [(1, first.etag)]))
+    store.upload_part("b", "k", up.upload_id, 2, _body(b"late"))
+    store.gate.set()
+    thread.join()
+    assert not isinstance(outcome[0], Exception)
+    part_files = [f for f in (tmp_path / "store" / "parts").rglob("*") if f.is_file()]
+    assert len(part_files) == 1  # only the chosen part, now the object's data

@@ -432,11 +432,18 @@ class LocalStore:
                 (bucket, kb, size, etag, now, json.dumps(meta.to_dict()),
                  json.dumps(files) if files is not None else None, data,
                  condition.writer if condition else None))
+            unused_parts: list[str] = []
             if consume_upload is not None:
+                kept = {path for path, _ in files or ()}
+                unused_parts = [row[0] for row in db.execute(
+                    "SELECT file FROM parts WHERE upload_id=?", (consume_upload,)) if row[0] not in kept]
                 db.execute("DELETE FROM uploads WHERE upload_id=?", (consume_upload,))
                 db.execute("DELETE FROM parts WHERE upload_id=?", (consume_upload,))
                 db.execute("INSERT INTO completed VALUES(?, ?, ?, ?, ?)",
                            (consume_upload, bucket, kb, etag, now))
+        # Parts the Complete did not choose (read inside the transaction, so a part
+        # uploaded while it ran is included), and the replaced object's files.
+        self._discard(unused_parts)
         if current is not None and current[2]:
             kept = {p for p, _ in files or ()}
             self._discard([p for p, _ in orjson.loads(current[2]) if p not in kept])
@@ -643,11 +650,8 @@ class LocalStore:
         etag = f"{hashlib.md5(md5s).hexdigest()}-{len(chosen)}"
         meta = meta_update(upload.meta, chosen) if meta_update else upload.meta
         files = [[files_by_part[p.part_number], p.size] for p in chosen]
-        info = self._commit_object(bucket, key, sum(p.size for p in chosen), etag, meta,
+        return self._commit_object(bucket, key, sum(p.size for p in chosen), etag, meta,
                                    files, None, condition, consume_upload=upload_id)
-        used = {f for f, _ in files}
-        self._discard([f for f in files_by_part.values() if f not in used])
-        return info
 
     def _completed_before(self, bucket: str, key: str, upload_id: str) -> ObjectInfo:
         """A retried Complete (its first response lost) gets the object it created.
