@@ -496,31 +496,45 @@ class LocalStore:
     def copy_object(self, src_bucket: str, src_key: str, bucket: str, key: str,
                     meta: ObjectMeta | None, condition: WriteCondition | None = None,
                     source_etag: str | None = None) -> ObjectInfo:
-        """Copy by hard-linking data files: data files are immutable once placed."""
-        row = self._row(src_bucket, src_key, with_data=True)
-        size, etag, _, src_meta, src_files, data = row
-        if source_etag is not None and source_etag != etag:
-            raise PreconditionFailed()
+        """Copy by hard-linking data files: data files are immutable once placed.
+
+        ``source_etag`` pins the version a caller's copy-source conditions were
+        checked against; without it, whichever version is current is copied.
+        """
+        for attempt in range(3):
+            row = self._row(src_bucket, src_key, with_data=True)
+            size, etag, _, src_meta, src_files, data = row
+            if source_etag is not None and source_etag != etag:
+                raise PreconditionFailed()
+            try:
+                files = self._link_all(orjson.loads(src_files)) if src_files else None
+                break
+            except FileNotFoundError:
+                # Replaced or deleted between reading its row and linking its files.
+                if attempt == 2:
+                    raise StoreUnavailable("The source object keeps changing; retry the copy.") from None
         new_meta = meta if meta is not None else ObjectMeta.from_dict(orjson.loads(src_meta))
-        files = None
-        if src_files:
-            files = []
-            for rel, part_size in orjson.loads(src_files):
-                name = uuid.uuid4().hex
-                target = self.root / "objects" / name[:2]
-                _ensure_dir(target)
-                try:
-                    os.link(self.root / rel, target / name)
-                    _fsync_dir(target)  # the new name must survive a crash once acknowledged
-                except FileNotFoundError:
-                    self._discard([p for p, _ in files])
-                    raise NoSuchKey("The source object changed while it was being copied.") from None
-                files.append([os.path.relpath(target / name, self.root), part_size])
         try:
             return self._commit_object(bucket, key, size, etag, new_meta, files, data, condition)
         except BaseException:
             self._discard([p for p, _ in files or ()])
             raise
+
+    def _link_all(self, src_files: list) -> list:
+        """Hard-link each data file under a new name; all or nothing."""
+        files: list = []
+        try:
+            for rel, part_size in src_files:
+                name = uuid.uuid4().hex
+                target = self.root / "objects" / name[:2]
+                _ensure_dir(target)
+                os.link(self.root / rel, target / name)
+                _fsync_dir(target)  # the new name must survive a crash once acknowledged
+                files.append([os.path.relpath(target / name, self.root), part_size])
+        except BaseException:
+            self._discard([p for p, _ in files])
+            raise
+        return files
 
     def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "",
                      after: str = "", limit: int = 1000) -> ListPage:
@@ -642,16 +656,22 @@ class LocalStore:
                            meta_update: MetaUpdate | None = None) -> ObjectInfo:
         try:
             upload = self.get_upload(bucket, key, upload_id)
+            stored, files_by_part = self._parts_snapshot(upload_id)
+            try:
+                chosen = _check_parts(parts, stored)
+            except (InvalidPart, InvalidPartOrder, EntityTooSmall):
+                self.get_upload(bucket, key, upload_id)  # an Abort or Complete may have won
+                raise
+            md5s = b"".join(bytes.fromhex(p.etag) for p in chosen)
+            etag = f"{hashlib.md5(md5s).hexdigest()}-{len(chosen)}"
+            meta = meta_update(upload.meta, chosen) if meta_update else upload.meta
+            files = [[files_by_part[p.part_number], p.size] for p in chosen]
+            return self._commit_object(bucket, key, sum(p.size for p in chosen), etag, meta,
+                                       files, None, condition, consume_upload=upload_id)
         except NoSuchUpload:
+            # Completed already (this is a retry, or lost a race with an identical
+            # Complete): answer with that object while it is current. Aborted: 404.
             return self._completed_before(bucket, key, upload_id)
-        stored, files_by_part = self._parts_snapshot(upload_id)
-        chosen = _check_parts(parts, stored)
-        md5s = b"".join(bytes.fromhex(p.etag) for p in chosen)
-        etag = f"{hashlib.md5(md5s).hexdigest()}-{len(chosen)}"
-        meta = meta_update(upload.meta, chosen) if meta_update else upload.meta
-        files = [[files_by_part[p.part_number], p.size] for p in chosen]
-        return self._commit_object(bucket, key, sum(p.size for p in chosen), etag, meta,
-                                   files, None, condition, consume_upload=upload_id)
 
     def _completed_before(self, bucket: str, key: str, upload_id: str) -> ObjectInfo:
         """A retried Complete (its first response lost) gets the object it created.

@@ -87,20 +87,29 @@ def upload_part_copy(ctx: S3Context, req: Request) -> Response:
     number = _part_number(req)
     src_bucket, src_key = parse_copy_source(req.header("x-amz-copy-source", ""))
     ctx.store.get_upload(req.bucket, req.key, req.query["uploadId"])
-    source = ctx.store.head_object(src_bucket, src_key)
-    check_read(source, req.headers, prefix="x-amz-copy-source-")
-    start, end = _copy_range(req.header("x-amz-copy-source-range"), source.size)
-    if end - start > MAX_PART_SIZE:
-        raise S3Error("EntityTooLarge", "A part may be at most 5 GiB.")
-    reader = ctx.store.open_object(src_bucket, src_key, start, end)
+    reader = _open_source_range(ctx, req, src_bucket, src_key)
     try:
-        if reader.info.etag != source.etag:
-            raise S3Error("PreconditionFailed", "The source object changed during the copy; retry.")
         part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, reader)
     finally:
         reader.close()
     return Response.xml(document("CopyPartResult", [
         element("LastModified", iso8601(part.last_modified)), element("ETag", f'"{part.etag}"')]))
+
+
+def _open_source_range(ctx: S3Context, req: Request, bucket: str, key: str):
+    """The requested range of the copy source, opened on the version its conditions and
+    range were checked against; a source replaced in between is looked at again."""
+    for _ in range(3):
+        source = ctx.store.head_object(bucket, key)
+        check_read(source, req.headers, prefix="x-amz-copy-source-")
+        start, end = _copy_range(req.header("x-amz-copy-source-range"), source.size)
+        if end - start > MAX_PART_SIZE:
+            raise S3Error("EntityTooLarge", "A part may be at most 5 GiB.")
+        reader = ctx.store.open_object(bucket, key, start, end)
+        if reader.info.etag == source.etag:
+            return reader
+        reader.close()
+    raise S3Error("SlowDown", "The copy source is being replaced too often to copy; retry.", 503)
 
 
 def _copy_range(value: str | None, size: int) -> tuple[int, int]:

@@ -50,9 +50,26 @@ def head_object(ctx: S3Context, req: Request) -> Response:
     return _read_object(ctx, req, with_body=False)
 
 
+#: Attempts at a ranged read while the object keeps being replaced under it.
+RANGE_ATTEMPTS = 3
+
+
 def _read_object(ctx: S3Context, req: Request, with_body: bool) -> Response:
     _check_version(req)
     check_key(req.key)
+    for _ in range(RANGE_ATTEMPTS):
+        try:
+            return _read_object_once(ctx, req, with_body)
+        except _Replaced:
+            continue  # the range is worked out again against the new version
+    raise S3Error("SlowDown", "The object is being replaced too often to read; retry.", 503)
+
+
+class _Replaced(Exception):
+    """The object changed between reading its size and opening the requested range."""
+
+
+def _read_object_once(ctx: S3Context, req: Request, with_body: bool) -> Response:
     wants_range = "range" in req.headers or "partNumber" in req.query
     reader = None
     if with_body and not wants_range:
@@ -85,7 +102,7 @@ def _read_object(ctx: S3Context, req: Request, with_body: bool) -> Response:
                 reader = ctx.store.open_object(req.bucket, req.key, start, end)
                 if reader.info.etag != info.etag:
                     reader.close()
-                    raise S3Error("PreconditionFailed", "The object changed while it was being read; retry.")
+                    raise _Replaced()
         elif with_body and reader is None:
             reader = ctx.store.open_object(req.bucket, req.key)
         if "partNumber" in req.query and info.part_sizes:
@@ -169,6 +186,10 @@ def _delete_one(ctx: S3Context, req: Request, key: str, allowed, quiet: bool) ->
     return "" if quiet else "<Deleted>" + element("Key", key) + "</Deleted>"
 
 
+def _has_source_conditions(req: Request) -> bool:
+    return any(name.startswith("x-amz-copy-source-if-") for name in req.headers)
+
+
 def parse_copy_source(value: str) -> tuple[str, str]:
     """``/bucket/key`` or ``bucket/key``, URL-encoded, optionally with ``?versionId=``."""
     path, _, query = value.partition("?")
@@ -203,6 +224,7 @@ def copy_object(ctx: S3Context, req: Request) -> Response:
         meta.checksums = dict(source.meta.checksums)
         meta.checksum_type = source.meta.checksum_type
     info = ctx.store.copy_object(src_bucket, src_key, req.bucket, req.key, meta,
-                                 write_condition(req.headers, req.writer), source_etag=source.etag)
+                                 write_condition(req.headers, req.writer),
+                                 source_etag=source.etag if _has_source_conditions(req) else None)
     return Response.xml(document("CopyObjectResult", [
         element("LastModified", iso8601(info.last_modified)), element("ETag", f'"{info.etag}"')]))
