@@ -86,8 +86,8 @@ class Gateway:
                 removed = await loop.run_in_executor(self.executor, self.store.expire_uploads, cutoff)
                 if removed:
                     log.info("uploads_expired", count=removed)
-            except StoreError as exc:
-                log.warning("upload_sweep_failed", error=exc.message)
+            except Exception as exc:  # noqa: BLE001 - the sweep must outlive any one failure
+                log.warning("upload_sweep_failed", error=exc.__class__.__name__)
             await asyncio.sleep(min(UPLOAD_SWEEP_SECONDS, max(1, self.config.upload_expiry // 4)))
 
 

@@ -8,9 +8,9 @@ Three things uvicorn does not do by itself that matter here:
 - One write per response. Writes made in the same turn of the event loop
   (status line and headers, then a small body) are joined and sent with one
   system call instead of two.
-- Prompt shutdown over TLS. An idle keep-alive connection is aborted rather
-  than closed: closing TLS waits for the client's close_notify, which an idle
-  client never sends, and would hold shutdown for the whole grace period.
+- Prompt shutdown. An idle keep-alive connection is aborted rather than left
+  to the grace period; over TLS it is closed first and aborted two seconds
+  later, since closing TLS waits for a close_notify an idle client never sends.
 """
 
 from __future__ import annotations
@@ -23,6 +23,9 @@ import sys
 import click
 
 from .config import Config
+
+#: Seconds an idle TLS client gets to acknowledge close_notify at shutdown.
+TLS_CLOSE_GRACE = 2.0
 
 
 class CoalescingTransport:
@@ -75,10 +78,15 @@ def _protocol_class():
 
         def shutdown(self) -> None:
             idle = self.cycle is None or self.cycle.response_complete
-            if idle and self.transport.get_write_buffer_size() == 0:
+            if not idle:
+                super().shutdown()
+            elif self.transport.get_extra_info("sslcontext") is None:
                 self.transport.abort()
             else:
-                super().shutdown()
+                # TLS: bytes already encrypted may still sit below the TLS layer, so
+                # close gracefully and only abort if the client never answers.
+                self.transport.close()
+                asyncio.get_running_loop().call_later(TLS_CLOSE_GRACE, self.transport.abort)
 
     return GatewayProtocol
 

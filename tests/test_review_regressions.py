@@ -182,3 +182,31 @@ def test_departed_client_stops_the_stream(gateway, s3, bucket):
     assert line is not None
     import json
     assert json.loads(line)["bytes_out"] < 40 * MIB
+
+
+def test_header_that_is_not_utf8_is_refused(gateway, s3, bucket):
+    """A stored header with invalid UTF-8 is a 400, not an object nobody can read."""
+    headers = sign("PUT", f"/{bucket}/badct", {}, {"host": f"127.0.0.1:{gateway.port}", "content-length": "1"},
+                   "UNSIGNED-PAYLOAD", gateway.access_key, gateway.secret_key)
+    lines = [f"PUT /{bucket}/badct HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
+    raw = ("\r\n".join(lines) + "\r\n").encode() + b"content-type: text/plain; charset=\xe9\r\n\r\nx"
+    # content-type is not signed here, so the signature still matches; the value is what fails.
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
+        sock.sendall(raw)
+        status, _, body = _read_response(sock, "PUT")
+    assert (status, error_code(body)) == (400, "InvalidArgument"), body
+    assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
+
+
+def test_list_uploads_with_delimiter_pages_to_the_end(s3, bucket):
+    for key in ("a/1", "a/2", "a/3", "b"):
+        s3.create_multipart_upload(Bucket=bucket, Key=key)
+    seen, kwargs = [], {}
+    for _ in range(10):
+        page = s3.list_multipart_uploads(Bucket=bucket, Delimiter="/", MaxUploads=1, **kwargs)
+        seen += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        seen += [u["Key"] for u in page.get("Uploads", [])]
+        if not page["IsTruncated"]:
+            break
+        kwargs = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+    assert seen == ["a/", "b"]

@@ -18,20 +18,31 @@ _STANDARD = {
 }
 
 
+def _utf8(name: str, value: str) -> str:
+    """Header values arrive as UTF-8 with surrogate escapes; invalid bytes are refused
+    here, before anything is stored, rather than making the object unreadable later."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise S3Error("InvalidArgument", f"The {name} header is not valid UTF-8.") from None
+    return value
+
+
 def meta_from_headers(headers: dict[str, str]) -> ObjectMeta:
     """What a PUT, CreateMultipartUpload or REPLACE copy says about the object."""
-    meta = ObjectMeta(content_type=headers.get("content-type") or "binary/octet-stream")
+    meta = ObjectMeta(content_type=_utf8("content-type", headers.get("content-type")
+                                         or "binary/octet-stream"))
     for header, attr in _STANDARD.items():
         value = headers.get(header)
         if value:
-            setattr(meta, attr, value)
+            setattr(meta, attr, _utf8(header, value))
     if meta.content_encoding:
         meta.content_encoding = _strip_aws_chunked(meta.content_encoding)
     size = 0
     for name, value in headers.items():
         if name.startswith("x-amz-meta-"):
             short = name[len("x-amz-meta-"):]
-            meta.user[short] = value
+            meta.user[short] = _utf8(name, value)
             size += len(short.encode()) + len(value.encode())
     if size > USER_META_LIMIT:
         raise S3Error("MetadataTooLarge", f"Your metadata headers are {size} bytes; the limit is "

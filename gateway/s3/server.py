@@ -49,8 +49,8 @@ class S3App:
                  domain: str | None = None, authorize: Authorizer = allow_authenticated,
                  body_timeout: float = 60.0) -> None:
         self.body_timeout = body_timeout
-        #: requests being handled in worker threads right now
-        self._in_threads = 0
+        #: requests in flight (being received, handled or sent) right now
+        self._active = 0
         self.ctx = ctx
         self.authenticator = authenticator
         self.executor = executor
@@ -59,6 +59,13 @@ class S3App:
 
     async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
                        send: Callable[[dict], Awaitable[None]]) -> None:
+        self._active += 1
+        try:
+            await self._serve(scope, receive, send)
+        finally:
+            self._active -= 1
+
+    async def _serve(self, scope: dict, receive, send) -> None:
         started = time.perf_counter()
         request_id = os.urandom(8).hex().upper()
         loop = asyncio.get_running_loop()
@@ -72,17 +79,13 @@ class S3App:
                 response, op_name = self._handle(req)
             else:
                 req.body = await self._body(req, receive, loop)
-                if self._in_threads == 0 and _cheap_write(req):
-                    # A small PUT or a DELETE is one short transaction: a hop to a worker
-                    # thread costs more CPU than the work. Only when no other request is
-                    # in the workers, so the loop never waits behind a large write.
+                if self._active == 1 and _cheap_write(req):
+                    # A small PUT is one short transaction: a hop to a worker thread costs
+                    # more CPU than the work. Only when it is the sole request in flight,
+                    # so no other request ever waits behind its fsync.
                     response, op_name = self._handle(req)
                 else:
-                    self._in_threads += 1
-                    try:
-                        response, op_name = await loop.run_in_executor(self.executor, self._handle, req)
-                    finally:
-                        self._in_threads -= 1
+                    response, op_name = await loop.run_in_executor(self.executor, self._handle, req)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an S3 error
             response, op_name = self._error_response(exc, req, request_id, scope), None
         response.headers.append(("x-amz-request-id", request_id))
@@ -209,11 +212,9 @@ class S3App:
 
 
 def _cheap_write(req: Request) -> bool:
-    """PutObject with a body already received, or DeleteObject: one small transaction."""
+    """PutObject with a small body already received: one small transaction."""
     if req.key is None or any(name in SUBRESOURCES for name in req.query):
         return False
-    if req.method == "DELETE":
-        return True
     return (req.method == "PUT" and isinstance(req.body, BufferedBody)
             and "x-amz-copy-source" not in req.headers)
 

@@ -70,6 +70,10 @@ class PreconditionFailed(StoreError):
     code = "PreconditionFailed"
 
 
+class SourceChanged(PreconditionFailed):
+    """The copy source is no longer the version its conditions were checked against."""
+
+
 class InvalidPart(StoreError):
     """One or more of the specified parts could not be found, or its entity tag did not match."""
 

@@ -54,6 +54,7 @@ from .base import (
     PartInfo,
     PreconditionFailed,
     Readable,
+    SourceChanged,
     StoreUnavailable,
     UploadInfo,
     WriteCondition,
@@ -505,7 +506,7 @@ class LocalStore:
             row = self._row(src_bucket, src_key, with_data=True)
             size, etag, _, src_meta, src_files, data = row
             if source_etag is not None and source_etag != etag:
-                raise PreconditionFailed()
+                raise SourceChanged()
             try:
                 files = self._link_all(orjson.loads(src_files)) if src_files else None
                 break

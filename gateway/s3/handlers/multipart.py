@@ -237,6 +237,9 @@ def list_uploads(ctx: S3Context, req: Request) -> Response:
     prefix, delimiter = req.query.get("prefix", ""), req.query.get("delimiter", "")
     uploads = [u for u in ctx.store.list_uploads(req.bucket, prefix)
                if (u.key, u.upload_id if id_marker else "") > (key_marker, id_marker) or not key_marker]
+    if delimiter and key_marker.endswith(delimiter) and key_marker.startswith(prefix):
+        # The marker is a common prefix already returned: skip everything under it.
+        uploads = [u for u in uploads if not u.key.startswith(key_marker)]
     entries = _roll_up(uploads, prefix, delimiter)
     page, truncated = entries[:limit], len(entries) > limit and limit > 0
     last = page[-1] if truncated else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from ...store.base import ObjectInfo, ObjectMeta
+from ...store.base import ObjectInfo, ObjectMeta, SourceChanged
 from ..body import LimitedReader, int_header, upload_stream
 from ..conditions import check_read, parse_range, write_condition
 from ..context import S3Context
@@ -212,6 +212,19 @@ def copy_object(ctx: S3Context, req: Request) -> Response:
     directive = (req.header("x-amz-metadata-directive") or "COPY").upper()
     if directive not in ("COPY", "REPLACE"):
         raise S3Error("InvalidArgument", "Unknown metadata directive: use COPY or REPLACE.")
+    for _ in range(3):
+        try:
+            return _copy_once(ctx, req, src_bucket, src_key, directive)
+        except SourceChanged:
+            if _has_source_conditions(req):
+                raise
+            # Replaced between HEAD and copy: look at the new version.
+    raise S3Error("SlowDown", "The copy source is being replaced too often to copy; retry.", 503)
+
+
+def _copy_once(ctx: S3Context, req: Request, src_bucket: str, src_key: str,
+               directive: str) -> Response:
+    """One attempt, pinned to the source version its conditions and checksums came from."""
     source = ctx.store.head_object(src_bucket, src_key)
     check_read(source, req.headers, prefix="x-amz-copy-source-")
     if (src_bucket, src_key) == (req.bucket, req.key) and directive == "COPY":
@@ -225,6 +238,6 @@ def copy_object(ctx: S3Context, req: Request) -> Response:
         meta.checksum_type = source.meta.checksum_type
     info = ctx.store.copy_object(src_bucket, src_key, req.bucket, req.key, meta,
                                  write_condition(req.headers, req.writer),
-                                 source_etag=source.etag if _has_source_conditions(req) else None)
+                                 source_etag=source.etag)
     return Response.xml(document("CopyObjectResult", [
         element("LastModified", iso8601(info.last_modified)), element("ETag", f'"{info.etag}"')]))
