@@ -210,3 +210,12 @@ def test_list_uploads_with_delimiter_pages_to_the_end(s3, bucket):
             break
         kwargs = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
     assert seen == ["a/", "b"]
+
+
+def test_one_part_multipart_object_reports_its_part_count(s3, bucket):
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="one")["UploadId"]
+    etag = s3.upload_part(Bucket=bucket, Key="one", UploadId=uid, PartNumber=1, Body=b"solo")["ETag"]
+    s3.complete_multipart_upload(Bucket=bucket, Key="one", UploadId=uid,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": etag}]})
+    head = s3.head_object(Bucket=bucket, Key="one", PartNumber=1)
+    assert head["PartsCount"] == 1 and head["ContentLength"] == 4

@@ -105,8 +105,9 @@ def _read_object_once(ctx: S3Context, req: Request, with_body: bool) -> Response
                     raise _Replaced()
         elif with_body and reader is None:
             reader = ctx.store.open_object(req.bucket, req.key)
-        if "partNumber" in req.query and info.part_sizes:
-            headers.append(("x-amz-mp-parts-count", str(len(info.part_sizes))))
+        parts = _parts_count(info)
+        if "partNumber" in req.query and parts:
+            headers.append(("x-amz-mp-parts-count", str(parts)))
         headers = apply_overrides(headers, req.query)
         headers.append(("content-length", str(length)))
     except BaseException:
@@ -114,6 +115,14 @@ def _read_object_once(ctx: S3Context, req: Request, with_body: bool) -> Response
             reader.close()
         raise
     return Response(status, headers, stream=reader if with_body else None, length=length)
+
+
+def _parts_count(info: ObjectInfo) -> int | None:
+    """How many parts a multipart object has (its ETag ends in -N); None otherwise."""
+    if info.part_sizes:
+        return len(info.part_sizes)
+    count = info.etag.rpartition("-")[2]
+    return int(count) if "-" in info.etag and count.isdigit() else None
 
 
 def _checksum_mode(req: Request) -> bool:
