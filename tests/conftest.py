@@ -7,7 +7,6 @@ import uuid
 import boto3
 import pytest
 from botocore.config import Config
-
 from clients import remove_bucket
 from servers import Gateway
 

@@ -41,7 +41,7 @@ class Gateway:
     def endpoint(self) -> str:
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 20) -> "Gateway":
+    def start(self, timeout: float = 20) -> Gateway:
         args = [str(BIN / "orgmem"), "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--data", str(self.data), *self.extra_args]
         if self.tls:

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import time
 import urllib.error
 import urllib.request
 import zlib
-import base64
 
 import boto3
 import pytest
 from botocore.config import Config
-
 from rawhttp import EMPTY_SHA256, error_code, request, sign
 
 

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import base64
 import hashlib
-
-import awscrt.checksums
 import io
 import os
 import zlib
 
+import awscrt.checksums
 import pytest
-from botocore.httpchecksum import (Crc32Checksum, CrtCrc32cChecksum, CrtCrc64NvmeChecksum,
-                                   Sha1Checksum, Sha256Checksum)
+from botocore.httpchecksum import (
+    Crc32Checksum,
+    CrtCrc32cChecksum,
+    CrtCrc64NvmeChecksum,
+    Sha1Checksum,
+    Sha256Checksum,
+)
 
 from gateway.s3 import checksums
 from gateway.s3.checksums import BadDigest, VerifyingReader

@@ -18,8 +18,7 @@ from botocore.config import Config
 from botocore.httpchecksum import AwsChunkedWrapper, Crc32Checksum, CrtCrc64NvmeChecksum
 
 from gateway.s3 import checksums, sigv4
-from gateway.s3.chunked import (MAX_HEADER_LINE, READ_SIZE, AwsChunkedReader, ChunkedError,
-                                streaming_mode)
+from gateway.s3.chunked import MAX_HEADER_LINE, READ_SIZE, AwsChunkedReader, ChunkedError, streaming_mode
 from gateway.s3.sigv4 import AuthError, SigningContext
 
 AK = "AKIAIOSFODNN7EXAMPLE"

@@ -12,9 +12,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
-from clients import (age_tree, body_of, clean_env, keys_of, md5, read_tree, remove_bucket, run,
-                     unique_bucket, write_tree)
+from clients import (
+    age_tree,
+    body_of,
+    clean_env,
+    keys_of,
+    md5,
+    read_tree,
+    remove_bucket,
+    run,
+    unique_bucket,
+    write_tree,
+)
 from conftest import make_client
 
 AWS = Path(sys.executable).parent / "aws"

@@ -12,11 +12,10 @@ import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
+from clients import body_of, keys_of, md5, remove_bucket, unique_bucket
 from minio import Minio
 from minio.deleteobjects import DeleteObject
 from minio.error import S3Error
-
-from clients import body_of, keys_of, md5, remove_bucket, unique_bucket
 
 MiB = 1024 * 1024
 

@@ -8,9 +8,18 @@ import shutil
 import time
 
 import pytest
-
-from clients import (body_of, bucket_exists, clean_env, keys_of, md5, read_tree, remove_bucket,
-                     run, unique_bucket, write_tree)
+from clients import (
+    body_of,
+    bucket_exists,
+    clean_env,
+    keys_of,
+    md5,
+    read_tree,
+    remove_bucket,
+    run,
+    unique_bucket,
+    write_tree,
+)
 
 RCLONE = shutil.which("rclone")
 MiB = 1024 * 1024

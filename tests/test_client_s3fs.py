@@ -12,7 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-
 from clients import body_of, clean_env, keys_of, remove_bucket, unique_bucket
 
 S3FS = shutil.which("s3fs")

@@ -10,7 +10,6 @@ import urllib.request
 
 import pytest
 from botocore.exceptions import ClientError
-
 from conftest import make_client
 from rawhttp import _read_response, error_code, request, sign
 from servers import Gateway

@@ -11,7 +11,6 @@ import zlib
 
 import pytest
 from botocore.exceptions import ClientError
-
 from conftest import make_client
 
 

@@ -13,6 +13,8 @@ import asyncio
 import concurrent.futures
 from collections.abc import Awaitable, Callable
 
+from .checksums import VerifyingReader, checksum_request
+from .chunked import AwsChunkedReader, streaming_mode
 from .errors import S3Error
 
 #: How much one hop to the event loop gathers before handing bytes to the worker.
@@ -139,24 +141,22 @@ def upload_stream(req, header_checksums: bool = True) -> tuple[object, Callable[
     chunk or trailer signatures, the signed SHA-256, Content-MD5, or an
     x-amz-checksum-* value (from a header or a trailer).
     """
-    from .checksums import VerifyingReader, checksum_request
-    from .chunked import AwsChunkedReader
-
     mode = req.payload_hash or "UNSIGNED-PAYLOAD"
     source = req.body if req.body is not None else BufferedBody(b"")
     expected_size = int_header(req, "content-length")
     chunked = None
-    if mode.startswith("STREAMING-"):
-        if mode not in STREAMING_MODES:
-            raise S3Error("InvalidArgument", f"x-amz-content-sha256 {mode} is not a payload mode "
-                          "this gateway knows.")
+    streaming = streaming_mode(mode)
+    if mode.startswith("STREAMING-") and streaming is None:
+        raise S3Error("InvalidArgument", f"x-amz-content-sha256 {mode} is not a payload mode "
+                      "this gateway knows.")
+    if streaming is not None:
+        signed, trailer = streaming
         expected_size = int_header(req, "x-amz-decoded-content-length")
         if expected_size is None:
             raise S3Error("MissingContentLength", "An aws-chunked upload must send "
                           "x-amz-decoded-content-length.", 411)
-        signing = req.signing if "HMAC" in mode else None
         declared = [t.strip() for t in (req.header("x-amz-trailer") or "").split(",") if t.strip()]
-        chunked = AwsChunkedReader(source, signing=signing, trailer=mode.endswith("-TRAILER"),
+        chunked = AwsChunkedReader(source, signing=req.signing if signed else None, trailer=trailer,
                                    decoded_length=expected_size, declared_trailers=declared)
         source = chunked
     signed_sha256 = None if mode.startswith("STREAMING-") or mode == "UNSIGNED-PAYLOAD" else mode
@@ -197,13 +197,6 @@ class CappedReader:
             raise S3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed "
                           "object size of 5 GiB; nothing was written.")
         return chunk
-
-
-STREAMING_MODES = frozenset({
-    "STREAMING-AWS4-HMAC-SHA256-PAYLOAD",
-    "STREAMING-AWS4-HMAC-SHA256-PAYLOAD-TRAILER",
-    "STREAMING-UNSIGNED-PAYLOAD-TRAILER",
-})
 
 
 def int_header(req, name: str) -> int | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..store.base import ObjectInfo, ObjectMeta
+from .checksums import header_name
 from .errors import S3Error
 from .xml import http_date
 
@@ -71,10 +72,15 @@ def object_headers(info: ObjectInfo, with_checksums: bool) -> list[tuple[str, st
             headers.append((header, value))
     headers.extend((f"x-amz-meta-{k}", v) for k, v in meta.user.items())
     if with_checksums and meta.checksums:
-        headers.extend((f"x-amz-checksum-{alg.lower()}", v) for alg, v in meta.checksums.items())
+        headers.extend(checksum_headers(meta.checksums))
         if meta.checksum_type:
             headers.append(("x-amz-checksum-type", meta.checksum_type))
     return headers
+
+
+def checksum_headers(checksums: dict[str, str]) -> list[tuple[str, str]]:
+    """``x-amz-checksum-<algorithm>`` response headers for stored checksums."""
+    return [(header_name(algorithm), value) for algorithm, value in checksums.items()]
 
 
 _OVERRIDES = {

@@ -172,8 +172,6 @@ class S3App:
             err = S3Error("InternalError", "We encountered an internal error. Please try again.", 500)
         elif err.status >= 500:
             log.warning("unavailable", request_id=request_id, code=err.code)
-        if err.status == 304:
-            return Response(304)
         resource = req.resource if req is not None else (scope or {}).get("path", "/")
         headers = [("content-type", "application/xml")]
         if err.code in ("SlowDown", "ServiceUnavailable"):

@@ -43,10 +43,6 @@ class Encoder:
             return quote(value, safe="/")
         return escape(value)
 
-    @staticmethod
-    def text(value: str) -> str:
-        return escape(value)
-
 
 def element(tag: str, value: object) -> str:
     return f"<{tag}>{escape(str(value))}</{tag}>"

@@ -7,7 +7,7 @@ caching, metrics) wraps any backend without either side noticing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -246,7 +246,6 @@ class ObjectStore(Protocol):
         after: str = "",
         limit: int = 1000,
     ) -> ListPage: ...
-    def iter_keys(self, bucket: str, prefix: str = "") -> Iterator[ListEntry]: ...
 
     # multipart
     def create_multipart(self, bucket: str, key: str, meta: ObjectMeta) -> UploadInfo: ...

@@ -29,7 +29,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,7 +127,6 @@ class LocalObjectReader:
     def __init__(self, info: ObjectInfo, root: Path, data: bytes | None,
                  files: list[tuple[str, int]], start: int, end: int) -> None:
         self.info = info
-        self._root = root
         self._remaining = end - start
         self._data = data[start:end] if data is not None else None
         self._fh = None
@@ -576,15 +575,6 @@ class LocalStore:
         more = db.execute("SELECT 1 FROM objects WHERE bucket=? AND key>=? AND substr(key,1,?)=? LIMIT 1",
                           (bucket, cursor, len(pb), pb)).fetchone()
         return ListPage(entries, prefixes, more is not None, last)
-
-    def iter_keys(self, bucket: str, prefix: str = "") -> Iterator[ListEntry]:
-        after = ""
-        while True:
-            page = self.list_objects(bucket, prefix, "", after, 1000)
-            yield from page.entries
-            if not page.is_truncated:
-                return
-            after = page.next_marker or ""
 
     # -- multipart ----------------------------------------------------------
 

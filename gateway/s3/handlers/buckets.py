@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ...store.base import INTERNAL_PREFIX
 from ..body import LimitedReader, upload_stream
 from ..context import S3Context
 from ..message import Request, Response
@@ -12,7 +13,7 @@ from ..xml import child_text, document, element, iso8601, parse
 def list_buckets(ctx: S3Context, req: Request) -> Response:
     buckets = "".join(
         "<Bucket>" + element("Name", b.name) + element("CreationDate", iso8601(b.created)) + "</Bucket>"
-        for b in ctx.store.list_buckets() if not b.name.startswith(".")
+        for b in ctx.store.list_buckets() if not b.name.startswith(INTERNAL_PREFIX)
     )
     return Response.xml(document("ListAllMyBucketsResult", [
         ctx.owner_xml(), "<Buckets>", buckets, "</Buckets>"]))

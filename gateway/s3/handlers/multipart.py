@@ -7,12 +7,12 @@ from collections.abc import Sequence
 
 from ...store.base import ObjectMeta, PartInfo
 from ..body import LimitedReader, int_header, upload_stream
-from ..checksums import ALGORITHMS, composite, full_object
+from ..checksums import ALGORITHMS, composite, full_object, header_name
 from ..conditions import check_read, write_condition
 from ..context import S3Context
 from ..errors import S3Error
 from ..message import Request, Response
-from ..metadata import meta_from_headers
+from ..metadata import checksum_headers, meta_from_headers
 from ..names import check_key
 from ..xml import child_text, children, document, element, iso8601, parse
 from .objects import parse_copy_source
@@ -79,7 +79,7 @@ def upload_part(ctx: S3Context, req: Request) -> Response:
     body, finalize = upload_stream(req)
     part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, body, finalize)
     headers = [("etag", f'"{part.etag}"')]
-    headers += [(f"x-amz-checksum-{a.lower()}", v) for a, v in part.checksums.items()]
+    headers += checksum_headers(part.checksums)
     return Response(200, headers)
 
 
@@ -149,7 +149,7 @@ def complete_upload(ctx: S3Context, req: Request) -> Response:
     info = ctx.store.complete_multipart(
         req.bucket, req.key, req.query["uploadId"], parts, write_condition(req.headers, req.writer),
         meta_update=lambda meta, chosen: _with_checksum(meta, chosen, claimed, req.headers))
-    headers = [(f"x-amz-checksum-{a.lower()}", v) for a, v in info.meta.checksums.items()]
+    headers = checksum_headers(info.meta.checksums)
     fields = [element("Location", f"/{req.bucket}/{req.key}"), element("Bucket", req.bucket),
               element("Key", req.key), element("ETag", f'"{info.etag}"')]
     fields += [element(f"Checksum{a}", v) for a, v in info.meta.checksums.items()]
@@ -189,7 +189,7 @@ def _with_checksum(meta: ObjectMeta, chosen: Sequence[PartInfo], claimed: dict,
 
 
 def _check_claimed_whole(algorithm: str, value: str, headers: dict[str, str]) -> None:
-    claimed = headers.get(f"x-amz-checksum-{algorithm.lower()}")
+    claimed = headers.get(header_name(algorithm))
     if claimed is not None and claimed != value:
         raise S3Error("BadDigest", f"The {algorithm} you specified for the whole object did not "
                       "match the checksum of its parts.")

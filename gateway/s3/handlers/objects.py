@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from urllib.parse import unquote
 
-from ...store.base import ObjectInfo, ObjectMeta, SourceChanged
+from ...store.base import ObjectInfo, SourceChanged
 from ..body import LimitedReader, int_header, upload_stream
 from ..conditions import check_read, parse_range, write_condition
 from ..context import S3Context
 from ..errors import S3Error, from_exception
 from ..message import Request, Response
-from ..metadata import apply_overrides, meta_from_headers, object_headers
+from ..metadata import apply_overrides, checksum_headers, meta_from_headers, object_headers
 from ..names import check_bucket_name, check_key
 from ..xml import child_text, children, document, element, iso8601, parse
 
@@ -24,7 +24,7 @@ def put_object(ctx: S3Context, req: Request) -> Response:
     condition = write_condition(req.headers, req.writer)
     body, finalize = upload_stream(req)
     info = ctx.store.put_object(req.bucket, req.key, body, meta, condition, finalize)
-    return Response(200, [("etag", f'"{info.etag}"'), *_checksum_headers(info.meta)])
+    return Response(200, [("etag", f'"{info.etag}"'), *checksum_headers(info.meta.checksums)])
 
 
 def _check_size(ctx: S3Context, req: Request) -> None:
@@ -36,10 +36,6 @@ def _check_size(ctx: S3Context, req: Request) -> None:
     if size is not None and size > ctx.max_object_size:
         raise S3Error("EntityTooLarge", "Your proposed upload exceeds the maximum allowed object "
                       "size of 5 GiB; use a multipart upload.")
-
-
-def _checksum_headers(meta: ObjectMeta) -> list[tuple[str, str]]:
-    return [(f"x-amz-checksum-{alg.lower()}", value) for alg, value in meta.checksums.items()]
 
 
 def get_object(ctx: S3Context, req: Request) -> Response:
