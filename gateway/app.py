@@ -9,10 +9,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .api.admin import PREFIX as ADMIN_PREFIX
+from .api.admin import build_router
+from .api.rest import RestApp
 from .config import Config
+from .iam.audit import AuditLog
 from .iam.authn import Authenticator
+from .iam.authz import Authorizer
+from .iam.identities import IdentityStore
 from .iam.principals import RootCredentials
 from .logs import log
+from .metrics import Metrics
+from .recorder import Recorder
 from .s3.context import S3Context
 from .s3.server import S3App
 from .store.base import ObjectStore, StoreError
@@ -20,6 +28,8 @@ from .store.local import LocalStore
 
 #: How often abandoned multipart uploads are looked for.
 UPLOAD_SWEEP_SECONDS = 3600
+#: How often the identities document is checked for changes made by other gateways.
+IDENTITY_REFRESH_SECONDS = 1.0
 
 
 @dataclass
@@ -29,6 +39,9 @@ class Gateway:
     config: Config
     store: ObjectStore
     s3: S3App
+    rest: RestApp
+    identities: IdentityStore
+    audit: AuditLog
     executor: ThreadPoolExecutor
 
     async def __call__(self, scope: dict, receive, send) -> None:
@@ -39,6 +52,8 @@ class Gateway:
             if path in ("/health", "/ready") and scope["method"] in ("GET", "HEAD") \
                     and not scope.get("query_string"):
                 await self._probe(path, send)
+            elif path.startswith(ADMIN_PREFIX + "/") or path == "/metrics":
+                await self.rest(scope, receive, send)
             else:
                 await self.s3(scope, receive, send)
 
@@ -60,13 +75,16 @@ class Gateway:
         while True:
             message = await receive()
             if message["type"] == "lifespan.startup":
-                sweeper = asyncio.gather(self._sweep_uploads(), self._flush_logs())
+                self.audit.start()
+                sweeper = asyncio.gather(self._sweep_uploads(), self._flush_logs(),
+                                         self._refresh_identities())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if sweeper:
                     sweeper.cancel()
                     await asyncio.gather(sweeper, return_exceptions=True)
                 self.executor.shutdown(wait=True, cancel_futures=True)
+                self.audit.close()
                 self.store.close()
                 log.info("stopped")
                 log.flush()
@@ -77,6 +95,16 @@ class Gateway:
         while True:
             await asyncio.sleep(1)
             log.flush()
+
+    async def _refresh_identities(self) -> None:
+        """Pick up principals, keys and policies changed by other gateways on the same bucket."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(IDENTITY_REFRESH_SECONDS)
+            try:
+                await loop.run_in_executor(self.executor, self.identities.refresh)
+            except Exception as exc:  # noqa: BLE001 - keep serving with what we have
+                log.warning("identities_refresh_failed", error=exc.__class__.__name__)
 
     async def _sweep_uploads(self) -> None:
         loop = asyncio.get_running_loop()
@@ -106,7 +134,20 @@ def open_store(config: Config) -> ObjectStore:
 def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     store = open_store(config)
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="orgmem")
+    identities = IdentityStore(store, RootCredentials(access_key, secret_key))
+    authenticator = Authenticator(identities)
+    authorizer = Authorizer(identities)
+    audit = AuditLog(audit_directory(config))
+    metrics = Metrics(store.count_uploads)
+    recorder = Recorder(audit, metrics)
     ctx = S3Context(store=store, region=config.region)
-    authenticator = Authenticator(RootCredentials(access_key, secret_key))
-    s3 = S3App(ctx, authenticator, executor, domain=config.domain, body_timeout=config.body_timeout)
-    return Gateway(config, store, s3, executor)
+    s3 = S3App(ctx, authenticator, executor, authorizer, recorder, domain=config.domain,
+               body_timeout=config.body_timeout)
+    router = build_router(identities, authorizer, audit, metrics)
+    rest = RestApp(router, authenticator, authorizer, recorder, executor)
+    return Gateway(config, store, s3, rest, identities, audit, executor)
+
+
+def audit_directory(config: Config) -> Path:
+    """Audit files live in the reserved area beside the root credentials, owner-only."""
+    return Path(config.data) / ".orgmem" / "audit"

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from . import logs
+from .admin_cli import admin
 from .config import Config
 
 
@@ -58,6 +59,8 @@ def serve(config_file: str | None, **flags) -> None:
     httpserver.run(app, config)
     sys.exit(0)
 
+
+main.add_command(admin)
 
 if __name__ == "__main__":
     main()

@@ -66,6 +66,7 @@ class Authenticator:
                headers: Mapping[str, str]) -> Authenticated:
         principal, secret = self._lookup(signed.access_key)
         context = sigv4.verify(signed, secret, method, raw_path, raw_query, headers, self._clock())
+        _check_enabled(principal)
         return Authenticated(principal, signed.payload_hash, context)
 
     def _bearer(self, token: str) -> Authenticated:
@@ -76,4 +77,12 @@ class Authenticator:
         if not hmac.compare_digest(secret.encode(), expected.encode()):
             raise AuthError("SignatureDoesNotMatch", "The secret key in the bearer token is not "
                             "the one for this access key.")
+        _check_enabled(principal)
         return Authenticated(principal, UNSIGNED, None)
+
+
+def _check_enabled(principal: Principal) -> None:
+    """Checked after the signature, so only the key's holder learns the principal is disabled."""
+    if principal.disabled:
+        raise AuthError("AccessDenied", f"The principal {principal.name} is disabled; an "
+                        "administrator can enable it again.")

@@ -9,12 +9,15 @@ from typing import Protocol
 
 @dataclass(frozen=True)
 class Principal:
-    """An authenticated caller. The identities issue adds teams and policies."""
+    """An authenticated caller: its name, the key it signed with, and its teams."""
 
     name: str
     access_key: str
     is_root: bool = False
     teams: tuple[str, ...] = field(default=())
+    kind: str = "agent"
+    #: a disabled principal's signatures still verify, so it learns why it is refused
+    disabled: bool = False
 
 
 class CredentialStore(Protocol):
@@ -24,11 +27,15 @@ class CredentialStore(Protocol):
 
 
 class RootCredentials:
-    """The gateway's root identity; the only one until the identities issue adds more."""
+    """The gateway's root identity: from the environment or generated, never subject to policies."""
 
     def __init__(self, access_key: str, secret_key: str) -> None:
-        self._principal = Principal("root", access_key, is_root=True)
+        self._principal = Principal("root", access_key, is_root=True, kind="root")
         self._secret = secret_key
+
+    @property
+    def principal(self) -> Principal:
+        return self._principal
 
     def lookup(self, access_key: str) -> tuple[Principal, str] | None:
         candidate = access_key.encode("utf-8", "surrogateescape")

@@ -28,6 +28,12 @@ class Request:
     scheme: str = "http"
     #: checksum algorithms to compute even if the client sent none (a multipart upload's)
     extra_checksums: tuple[str, ...] = ()
+    #: what the audit record and metrics will say about this request
+    outcome: Any = None
+
+    def permits(self, action: str, resource: str) -> bool:
+        """Whether the caller may ``action`` on ``resource``; replaced once authenticated."""
+        return False
 
     def header(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name, default)
@@ -52,6 +58,8 @@ class Response:
     #: a body streamed from the store instead of ``body``
     stream: ObjectReader | None = None
     length: int | None = None
+    #: the S3 error code of an error response, for the audit record
+    error: str | None = None
 
     @classmethod
     def xml(cls, body: bytes, status: int = 200) -> Response:

@@ -9,7 +9,7 @@ from .errors import S3Error
 #: Bucket names the memory features of orgmem own; clients cannot create them.
 RESERVED_BUCKETS = frozenset({"biographies", "memory", "skills"})
 #: Names that would collide with the gateway's own routes in path-style requests.
-ROUTE_NAMES = frozenset({"health", "ready", "v1", "admin", "mcp"})
+ROUTE_NAMES = frozenset({"health", "ready", "v1", "admin", "mcp", "metrics"})
 MAX_KEY_BYTES = 1024
 
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")

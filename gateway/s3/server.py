@@ -17,10 +17,14 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from ..iam.authn import Authenticator
+from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, Authorizer, denial_message
 from ..logs import log
+from ..recorder import Outcome, Recorder
+from . import access
 from .body import BufferedBody, ReceiveReader, receive_some
 from .context import S3Context
 from .errors import S3Error, from_exception
+from .handlers.objects import parse_copy_source
 from .message import Request, Response, split_path
 from .names import check_bucket_name
 from .router import SUBRESOURCES, route
@@ -36,17 +40,14 @@ STREAM_CHUNK = 1024 * 1024
 #: Methods handled on the event loop: no body to receive, no fsync to wait for.
 INLINE_METHODS = frozenset({"GET", "HEAD"})
 
-#: Decides whether a principal may perform an action on a resource; raises S3Error if not.
-Authorizer = Callable[[Request, str], None]
-
-
-def allow_authenticated(req: Request, action: str) -> None:
-    """Until the identities issue adds policies, every authenticated principal is root."""
+#: Changes whose audit record is durable before the response is sent.
+DURABLE_OPERATIONS = frozenset({"DeleteObject", "DeleteObjects", "DeleteBucket", "AbortMultipartUpload"})
+COPY_OPERATIONS = frozenset({"CopyObject", "UploadPartCopy"})
 
 
 class S3App:
     def __init__(self, ctx: S3Context, authenticator: Authenticator, executor: ThreadPoolExecutor,
-                 domain: str | None = None, authorize: Authorizer = allow_authenticated,
+                 authorizer: Authorizer, recorder: Recorder, domain: str | None = None,
                  body_timeout: float = 60.0) -> None:
         self.body_timeout = body_timeout
         #: requests in flight (being received, handled or sent) right now
@@ -55,7 +56,8 @@ class S3App:
         self.authenticator = authenticator
         self.executor = executor
         self.domain = domain.lower().strip(".") if domain else None
-        self.authorize = authorize
+        self.authorizer = authorizer
+        self.recorder = recorder
 
     async def __call__(self, scope: dict, receive: Callable[[], Awaitable[dict]],
                        send: Callable[[dict], Awaitable[None]]) -> None:
@@ -70,8 +72,12 @@ class S3App:
         request_id = os.urandom(8).hex().upper()
         loop = asyncio.get_running_loop()
         req = None
+        outcome = Outcome(request_id, scope.get("client", ("", 0))[0],
+                          raw_query=scope.get("query_string", b"").decode("latin-1"))
         try:
             req = self._request(scope, request_id)
+            outcome.headers, req.outcome = req.headers, outcome
+            outcome.bytes_in = _declared_length(req.headers)
             if req.method in INLINE_METHODS:
                 # Reads of metadata and small objects cost less than a hop to a thread
                 # (and the GIL hand-off that comes with it); large bodies still stream
@@ -90,6 +96,10 @@ class S3App:
             response, op_name = self._error_response(exc, req, request_id, scope), None
         response.headers.append(("x-amz-request-id", request_id))
         sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
+        if not outcome.recorded:
+            outcome.status, outcome.bytes_out = response.status, sent
+            outcome.error = outcome.error or response.error
+            self.recorder.record(outcome, time.perf_counter() - started)
         log.info("request", request_id=request_id, method=scope["method"],
                  path=scope.get("path"), op=op_name, status=response.status, bytes_out=sent,
                  ms=round((time.perf_counter() - started) * 1000, 2),
@@ -151,7 +161,7 @@ class S3App:
                 check_bucket_name(req.bucket)
             op = route(req)
             op_name = op.name
-            self.authorize(req, op.action)
+            self._authorize(req, op.name, op.action)
             response = op.handler(self.ctx, req)
             if response.stream is not None and (response.length or 0) <= SMALL_RESPONSE:
                 try:
@@ -159,9 +169,44 @@ class S3App:
                 finally:
                     response.stream.close()
                 response.stream = None
-            return response, op_name
         except Exception as exc:  # noqa: BLE001
-            return self._error_response(exc, req, req.request_id, None), op_name
+            response = self._error_response(exc, req, req.request_id, None)
+        if op_name in DURABLE_OPERATIONS:
+            outcome = req.outcome
+            outcome.status, outcome.error = response.status, response.error
+            outcome.bytes_out = len(response.body)
+            self.recorder.record(outcome, 0.0, durable=True)
+        return response, op_name
+
+    def _authorize(self, req: Request, op_name: str, action: str) -> None:
+        """Decide every permission the request needs; the first refusal answers AccessDenied."""
+        outcome, principal = req.outcome, req.principal
+        outcome.principal, outcome.operation, outcome.action = principal, op_name, action
+        outcome.resource = access.request_arn(req)
+        context = access.context(req, op_name)
+        req.permits = lambda act, resource: self._permits(outcome, principal, act, resource, context)
+        source = None
+        if op_name in COPY_OPERATIONS:
+            source = parse_copy_source(req.header("x-amz-copy-source", ""))
+        checks = access.checks(req, op_name, action, source)
+        if not checks:
+            outcome.decision = ROOT_DECISION if principal.is_root else PER_ITEM_DECISION
+            return
+        for check in checks:
+            decision = self.authorizer.decide(principal, check.action, check.resource, context)
+            if outcome.decision is None or not decision.allowed:
+                outcome.decision = decision
+            if not decision.allowed:
+                outcome.action, outcome.resource = check.action, check.resource
+                raise S3Error("AccessDenied", denial_message(principal, check.action, check.resource,
+                                                             decision))
+
+    def _permits(self, outcome: Outcome, principal, action: str, resource: str, context: dict) -> bool:
+        """One item of a per-item operation; refusals are counted for the audit record."""
+        allowed = self.authorizer.allows(principal, action, resource, context)
+        if not allowed:
+            outcome.items_denied += 1
+        return allowed
 
     def _error_response(self, exc: Exception, req: Request | None, request_id: str,
                         scope: dict | None) -> Response:
@@ -176,7 +221,7 @@ class S3App:
         headers = [("content-type", "application/xml")]
         if err.code in ("SlowDown", "ServiceUnavailable"):
             headers.append(("retry-after", "1"))
-        return Response(err.status, headers, error_document(err, resource, request_id))
+        return Response(err.status, headers, error_document(err, resource, request_id), error=err.code)
 
     # -- response -----------------------------------------------------------
 
@@ -215,6 +260,12 @@ def _cheap_write(req: Request) -> bool:
         return False
     return (req.method == "PUT" and isinstance(req.body, BufferedBody)
             and "x-amz-copy-source" not in req.headers)
+
+
+def _declared_length(headers: dict[str, str]) -> int:
+    """The body's size as the client declared it (decoded size for aws-chunked bodies)."""
+    value = headers.get("x-amz-decoded-content-length") or headers.get("content-length") or "0"
+    return int(value) if value.isdigit() else 0
 
 
 def _header_bytes(value: str) -> bytes:

@@ -716,6 +716,10 @@ class LocalStore:
                 pass
         return len(rows)
 
+    def count_uploads(self) -> int:
+        """Uploads in progress in every bucket (user and internal), for the metrics."""
+        return self._db().execute("SELECT COUNT(*) FROM uploads").fetchone()[0]
+
     # -- health -------------------------------------------------------------
 
     def check(self) -> None:

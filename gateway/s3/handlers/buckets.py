@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ...store.base import INTERNAL_PREFIX
+from ..access import arn
 from ..body import LimitedReader, upload_stream
 from ..context import S3Context
 from ..message import Request, Response
@@ -11,9 +12,12 @@ from ..xml import child_text, document, element, iso8601, parse
 
 
 def list_buckets(ctx: S3Context, req: Request) -> Response:
+    """All buckets for a caller allowed s3:ListAllMyBuckets; otherwise those it may list."""
+    everything = req.permits("s3:ListAllMyBuckets", arn(None))
     buckets = "".join(
         "<Bucket>" + element("Name", b.name) + element("CreationDate", iso8601(b.created)) + "</Bucket>"
         for b in ctx.store.list_buckets() if not b.name.startswith(INTERNAL_PREFIX)
+        and (everything or req.permits("s3:ListBucket", arn(b.name)))
     )
     return Response.xml(document("ListAllMyBucketsResult", [
         ctx.owner_xml(), "<Buckets>", buckets, "</Buckets>"]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from urllib.parse import unquote
 
 from ...store.base import ObjectInfo, SourceChanged
+from ..access import arn
 from ..body import LimitedReader, int_header, upload_stream
 from ..conditions import check_read, parse_range, write_condition
 from ..context import S3Context
@@ -158,7 +159,7 @@ def delete_object(ctx: S3Context, req: Request) -> Response:
     return Response(204)
 
 
-def delete_objects(ctx: S3Context, req: Request, allowed=None) -> Response:
+def delete_objects(ctx: S3Context, req: Request) -> Response:
     """Deletes up to 1000 keys; per-key failures are reported, not raised."""
     body, _ = upload_stream(req)
     root = parse(LimitedReader(body, 2 * 1024 * 1024).read_all())
@@ -172,15 +173,16 @@ def delete_objects(ctx: S3Context, req: Request, allowed=None) -> Response:
         key = child_text(node, "Key", strip=False)
         if not key:
             raise S3Error("MalformedXML", "Every Object in a Delete request needs a Key.")
-        results.append(_delete_one(ctx, req, key, allowed, quiet))
+        results.append(_delete_one(ctx, req, key, quiet))
     return Response.xml(document("DeleteResult", results))
 
 
-def _delete_one(ctx: S3Context, req: Request, key: str, allowed, quiet: bool) -> str:
+def _delete_one(ctx: S3Context, req: Request, key: str, quiet: bool) -> str:
+    """Each key needs s3:DeleteObject on itself; a refusal is reported for that key only."""
     try:
         check_key(key)
-        if allowed is not None:
-            allowed(key)
+        if not req.permits("s3:DeleteObject", arn(req.bucket, key)):
+            raise S3Error("AccessDenied", "Access Denied: s3:DeleteObject is not allowed on this key.")
         ctx.store.delete_object(req.bucket, key)
     except Exception as exc:  # noqa: BLE001 - reported per key, as AWS does
         err = from_exception(exc)

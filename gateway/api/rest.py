@@ -1,0 +1,233 @@
+"""The REST layer: JSON routes under the same identities, policies and audit as S3.
+
+Small on purpose: a route table of (method, path pattern, IAM action, handler),
+SigV4 or bearer authentication with the signed body hash checked, an
+authorization decision per route, JSON errors ``{"error": {"code", "message"}}``,
+and one audit record plus metrics per request. Handlers are plain functions
+that run on a worker thread and call services; they know nothing of ASGI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import re
+import time
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+import pydantic
+
+from ..iam.authn import Authenticator
+from ..iam.authz import SELF_DECISION, Authorizer, denial_message
+from ..iam.principals import Principal
+from ..logs import log
+from ..recorder import Outcome, Recorder
+from ..s3.body import receive_some
+from ..s3.errors import from_exception
+from ..s3.sigv4 import AuthError, parse_query
+
+#: REST bodies are small documents (a policy is at most 20 KB).
+MAX_BODY = 1024 * 1024
+_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ApiError(Exception):
+    def __init__(self, code: str, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.code, self.message, self.status = code, message, status
+
+
+@dataclass
+class Call:
+    """What a handler gets: who calls, the path parameters, the query and the body."""
+
+    principal: Principal
+    params: dict[str, str]
+    query: dict[str, str]
+    body: bytes
+    client_ip: str
+    request_id: str
+
+    def json(self) -> Any:
+        if not self.body.strip():
+            raise ApiError("InvalidRequest", "This request needs a JSON body.")
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError as exc:
+            raise ApiError("InvalidRequest", f"The body is not valid JSON: {exc}.") from None
+
+    def model(self, cls: type[pydantic.BaseModel]) -> Any:
+        try:
+            return cls.model_validate(self.json())
+        except pydantic.ValidationError as exc:
+            raise ApiError("InvalidRequest", _validation_message(exc)) from None
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    data: Any = None
+    #: a non-JSON body (the Prometheus text format) and its content type
+    raw: bytes | None = None
+    content_type: str = "application/json"
+
+    def payload(self) -> bytes:
+        if self.raw is not None:
+            return self.raw
+        return b"" if self.status == 204 else orjson.dumps(self.data)
+
+
+Handler = Callable[[Call], Reply]
+#: The ARN a route acts on, from its path parameters (and sometimes its body).
+ResourceOf = Callable[[Call], str]
+
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    pattern: re.Pattern
+    operation: str
+    #: the IAM action a policy must allow; None for the caller asking about itself
+    action: str | None
+    resource: ResourceOf
+    handler: Handler
+    #: whose audit record must be durable before the response (changes)
+    durable: bool = False
+
+
+@dataclass
+class Router:
+    routes: list[Route] = field(default_factory=list)
+
+    def add(self, method: str, path: str, operation: str, action: str | None, resource: ResourceOf,
+            handler: Handler, durable: bool | None = None) -> None:
+        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$")
+        self.routes.append(Route(method, regex, operation, action, resource, handler,
+                                 method != "GET" if durable is None else durable))
+
+    def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
+        allowed = []
+        for route in self.routes:
+            found = route.pattern.match(path)
+            if found:
+                if route.method == method:
+                    return route, found.groupdict()
+                allowed.append(route.method)
+        if allowed:
+            raise ApiError("MethodNotAllowed", f"{method} is not allowed here; use "
+                           f"{' or '.join(sorted(set(allowed)))}.", 405)
+        raise ApiError("NoSuchRoute", f"There is no API route {path}.", 404)
+
+
+class RestApp:
+    def __init__(self, router: Router, authenticator: Authenticator, authorizer: Authorizer,
+                 recorder: Recorder, executor: ThreadPoolExecutor) -> None:
+        self.router = router
+        self.authenticator = authenticator
+        self.authorizer = authorizer
+        self.recorder = recorder
+        self.executor = executor
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        started = time.perf_counter()
+        outcome = Outcome(request_id=os.urandom(8).hex().upper(), client_ip=scope.get("client", ("", 0))[0],
+                          headers=_headers(scope), raw_query=scope.get("query_string", b"").decode("latin-1"))
+        try:
+            body, more = await receive_some(receive, MAX_BODY + 1)
+            if more or len(body) > MAX_BODY:
+                raise ApiError("EntityTooLarge", f"Request bodies are at most {MAX_BODY} bytes.", 413)
+            outcome.bytes_in = len(body)
+            loop = asyncio.get_running_loop()
+            reply = await loop.run_in_executor(self.executor, self._handle, scope, body, outcome)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error
+            reply = self._error(exc, outcome)
+        payload = reply.payload()
+        await send({"type": "http.response.start", "status": reply.status, "headers": [
+            (b"content-type", reply.content_type.encode()), (b"content-length", str(len(payload)).encode()),
+            (b"x-amz-request-id", outcome.request_id.encode()), (b"server", b"orgmem")]})
+        await send({"type": "http.response.body", "body": payload})
+        outcome.status, outcome.bytes_out = reply.status, len(payload)
+        if not outcome.recorded:
+            self.recorder.record(outcome, time.perf_counter() - started)
+
+    def _handle(self, scope: dict, body: bytes, outcome: Outcome) -> Reply:
+        started = time.perf_counter()
+        try:
+            reply = self._dispatch(scope, body, outcome)
+        except Exception as exc:  # noqa: BLE001
+            reply = self._error(exc, outcome)
+        if outcome.durable:
+            outcome.status = reply.status
+            outcome.bytes_out = len(reply.payload())
+            self.recorder.record(outcome, time.perf_counter() - started, durable=True)
+        return reply
+
+    def _dispatch(self, scope: dict, body: bytes, outcome: Outcome) -> Reply:
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        pairs = parse_query(raw_query)
+        auth = self.authenticator.authenticate(scope["method"], raw_path, raw_query, pairs, outcome.headers)
+        _check_payload(auth.payload_hash, body)
+        outcome.principal = auth.principal
+        route, params = self.router.match(scope["method"], scope["path"])
+        outcome.operation, outcome.action, outcome.durable = route.operation, route.action, route.durable
+        call = Call(auth.principal, params, dict(pairs), body, outcome.client_ip, outcome.request_id)
+        outcome.resource = route.resource(call)
+        context = {"aws:sourceip": outcome.client_ip,
+                   "aws:securetransport": "true" if scope.get("scheme") == "https" else "false"}
+        if route.action is None:
+            outcome.decision = SELF_DECISION
+        else:
+            outcome.decision = self.authorizer.decide(auth.principal, route.action, outcome.resource,
+                                                      context)
+        if not outcome.decision.allowed:
+            raise ApiError("AccessDenied", denial_message(auth.principal, route.action, outcome.resource,
+                                                          outcome.decision), 403)
+        return route.handler(call)
+
+    def _error(self, exc: Exception, outcome: Outcome) -> Reply:
+        if isinstance(exc, ApiError):
+            code, message, status = exc.code, exc.message, exc.status
+        elif isinstance(exc, AuthError):
+            code, message, status = exc.code, exc.message, exc.status
+        elif (err := from_exception(exc)) is not None:
+            code, message, status = err.code, err.message, err.status
+        else:
+            log.error("internal_error", request_id=outcome.request_id, error=exc.__class__.__name__,
+                      trace=traceback.format_exc(limit=8))
+            code, message, status = "InternalError", "We encountered an internal error. Please try again.", 500
+        outcome.error = code
+        return Reply(status, {"error": {"code": code, "message": message}})
+
+
+def _check_payload(payload_hash: str, body: bytes) -> None:
+    """SigV4 signs the body's hash: a body that does not match it was tampered with."""
+    if _HEX64.match(payload_hash):
+        if hashlib.sha256(body).hexdigest() != payload_hash:
+            raise ApiError("XAmzContentSHA256Mismatch", "The provided 'x-amz-content-sha256' header "
+                           "does not match what was computed.")
+    elif payload_hash.startswith("STREAMING-"):
+        raise ApiError("InvalidRequest", "The REST API takes whole bodies, not aws-chunked streams.")
+
+
+def _headers(scope: dict) -> dict[str, str]:
+    headers: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        key = name.decode("latin-1").lower()
+        text = value.decode("utf-8", "surrogateescape")
+        headers[key] = f"{headers[key]},{text}" if key in headers else text
+    return headers
+
+
+def _validation_message(exc: pydantic.ValidationError) -> str:
+    problems = []
+    for error in exc.errors():
+        where = ".".join(str(p) for p in error["loc"]) or "body"
+        problems.append(f"{where}: {error['msg']}")
+    return "The request body is not valid: " + "; ".join(problems) + "."

@@ -1,0 +1,61 @@
+"""Authorization: may this principal perform this action on this resource?
+
+One service for every protocol: the S3 layer, the REST API and (later) MCP
+ask it the same question with AWS-style action names and ARNs. The root is
+never subject to policies; everyone else is denied unless a policy attached to
+them or to one of their teams allows, and an explicit deny always wins.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from .identities import IdentityStore
+from .policy import Decision
+from .principals import Principal
+
+ROOT_DECISION = Decision(allowed=True, decision="allow", statement=None, matched=[],
+                         explanation="Allowed: the root is not subject to policies.")
+
+#: Operations that decide per item (ListBuckets filters, DeleteObjects reports per key)
+#: are let through whole; each item is then decided on its own.
+PER_ITEM_DECISION = Decision(allowed=True, decision="allow", statement=None, matched=[],
+                             explanation="Allowed through: each item is decided on its own.")
+
+#: Asking who you are needs no permission, as with AWS's sts:GetCallerIdentity.
+SELF_DECISION = Decision(allowed=True, decision="allow", statement=None, matched=[],
+                         explanation="Allowed: every principal may ask who it is.")
+
+#: What a condition context holds: lowercase key -> one value or several.
+Context = Mapping[str, str | Sequence[str]]
+
+
+class Authorizer:
+    def __init__(self, identities: IdentityStore) -> None:
+        self.identities = identities
+
+    def decide(self, principal: Principal, action: str, resource: str, context: Context) -> Decision:
+        if principal.is_root:
+            return ROOT_DECISION
+        return self.identities.policy_set(principal).evaluate(action, resource, context)
+
+    def allows(self, principal: Principal, action: str, resource: str, context: Context) -> bool:
+        return self.decide(principal, action, resource, context).allowed
+
+
+def reason(decision: Decision, items_denied: int = 0) -> str:
+    """The short audit form of what decided: ``policy#sid``, ``root`` or ``implicit-deny``."""
+    if decision is ROOT_DECISION:
+        return "root"
+    if decision is PER_ITEM_DECISION:
+        return f"per-item: {items_denied} denied"
+    if decision is SELF_DECISION:
+        return "self"
+    return decision.reason
+
+
+def denial_message(principal: Principal, action: str, resource: str, decision: Decision) -> str:
+    """AWS's wording, which names the action and resource but not the policy text."""
+    why = ("with an explicit deny in an identity-based policy" if decision.decision == "explicit-deny"
+           else "because no identity-based policy allows the " + action + " action")
+    return f"User: {principal.name} is not authorized to perform: {action} on resource: {resource} {why}"

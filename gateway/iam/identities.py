@@ -1,0 +1,440 @@
+"""Principals, keys, teams and policies, kept as one document in the store.
+
+The document lives in the reserved internal bucket (``.orgmem/iam/identities.json``)
+and is changed only by compare-and-swap (``If-Match`` on its ETag), so several
+gateways sharing one bucket never lose each other's changes; each re-reads it
+when its ETag moves (``refresh``, called about once a second). Because it is an
+ordinary object in the store, the sealing decorator of the encryption issue
+encrypts it, secret keys included, like everything else it stores.
+
+Every request consults this service, so lookups are in-memory dictionary reads;
+compiled policy sets are cached per principal and generation.
+"""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import string
+import threading
+import time
+from collections.abc import Callable
+from io import BytesIO
+from typing import TypeVar
+
+import orjson
+
+from ..store.base import (
+    BucketAlreadyExists,
+    NoSuchKey,
+    ObjectMeta,
+    ObjectStore,
+    PreconditionFailed,
+    WriteCondition,
+)
+from .builtin import BUILTIN_POLICIES
+from .model import (
+    KINDS,
+    AccessKey,
+    Agent,
+    CustomPolicy,
+    DeleteConflict,
+    EntityAlreadyExists,
+    Identities,
+    IdentityError,
+    NoSuchEntity,
+    Team,
+    check_name,
+    check_policy_name,
+    iso,
+)
+from .policy import PolicyDocument, PolicyError, PolicySet, parse_policy
+from .principals import Principal, RootCredentials
+
+INTERNAL_BUCKET = ".orgmem"
+DOCUMENT_KEY = "iam/identities.json"
+DEFAULT_POLICIES = ("agent-default",)
+_CAS_ATTEMPTS = 8
+_KEY_ALPHABET = string.ascii_uppercase + string.digits
+
+T = TypeVar("T")
+
+
+def new_key_pair(now: float) -> AccessKey:
+    access = "OM" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(18))
+    return AccessKey(access, secrets.token_urlsafe(30)[:40], now)
+
+
+class IdentityStore:
+    """The CredentialStore of the authenticator, and the service behind the admin API."""
+
+    def __init__(self, store: ObjectStore, root: RootCredentials,
+                 clock: Callable[[], float] = time.time) -> None:
+        self._store = store
+        self._root = root
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._state = Identities()
+        self._etag: str | None = None
+        self._keys: dict[str, tuple[Agent, AccessKey]] = {}
+        self._compiled: dict[str, tuple[int, PolicySet]] = {}
+        self._documents: dict[str, PolicyDocument] = {}
+        try:
+            store.create_bucket(INTERNAL_BUCKET)
+        except BucketAlreadyExists:
+            pass
+        self.refresh()
+
+    # -- reading -----------------------------------------------------------
+
+    def refresh(self) -> bool:
+        """Re-read the document if another gateway changed it; True when it changed."""
+        try:
+            info = self._store.head_object(INTERNAL_BUCKET, DOCUMENT_KEY)
+        except NoSuchKey:
+            return False
+        if info.etag == self._etag:
+            return False
+        with self._lock:
+            self._load()
+        return True
+
+    def _load(self) -> None:
+        try:
+            reader = self._store.open_object(INTERNAL_BUCKET, DOCUMENT_KEY)
+        except NoSuchKey:
+            return
+        try:
+            data, etag = reader.read(), reader.info.etag
+        finally:
+            reader.close()
+        self._install(Identities.from_json(orjson.loads(data)), etag)
+
+    def _install(self, state: Identities, etag: str | None) -> None:
+        documents = {name: parse_policy(orjson.dumps(doc)) for name, doc in BUILTIN_POLICIES.items()}
+        documents.update({p.name: parse_policy(orjson.dumps(p.document)) for p in state.policies.values()})
+        self._keys = {k.access_key: (a, k) for a in state.agents.values() for k in a.keys}
+        self._documents = documents
+        self._state, self._etag = state, etag
+
+    @property
+    def generation(self) -> int:
+        return self._state.generation
+
+    def lookup(self, access_key: str) -> tuple[Principal, str] | None:
+        """The principal and secret behind an access key; None if unknown or expired."""
+        found = self._root.lookup(access_key)
+        if found is not None:
+            return found
+        entry = self._keys.get(access_key)
+        if entry is None or not entry[1].active(self._clock()):
+            return None
+        agent, key = entry
+        return self._principal(agent, key.access_key), key.secret_key
+
+    def _principal(self, agent: Agent, access_key: str) -> Principal:
+        return Principal(agent.name, access_key, teams=tuple(agent.teams), kind=agent.kind,
+                         disabled=agent.disabled)
+
+    def principal(self, name: str) -> Principal:
+        """A principal by name (for ``policy simulate``)."""
+        if name == self._root.principal.name:
+            return self._root.principal
+        agent = self._agent(self._state, name)
+        return self._principal(agent, "")
+
+    def policy_set(self, principal: Principal) -> PolicySet:
+        """The compiled policies of a principal: its own and its teams', in that order."""
+        state = self._state
+        cached = self._compiled.get(principal.name)
+        if cached is not None and cached[0] == state.generation:
+            return cached[1]
+        agent = state.agents.get(principal.name)
+        names: list[str] = list(agent.policies) if agent else []
+        teams = list(agent.teams) if agent else []
+        for team in teams:
+            names += [p for p in state.teams[team].policies if p not in names] if team in state.teams else []
+        documents = [(n, self._documents[n]) for n in names if n in self._documents]
+        compiled = PolicySet.compile(documents, principal.name, teams)
+        self._compiled[principal.name] = (state.generation, compiled)
+        return compiled
+
+    def attached_policy_names(self, name: str) -> list[str]:
+        agent = self._agent(self._state, name)
+        names = list(agent.policies)
+        for team in agent.teams:
+            names += [p for p in self._state.teams.get(team, Team(team)).policies if p not in names]
+        return names
+
+    # -- views for the admin API -----------------------------------------------
+
+    def list_agents(self) -> list[dict]:
+        now = self._clock()
+        return [a.public(now) for a in sorted(self._state.agents.values(), key=lambda a: a.name)]
+
+    def get_agent(self, name: str) -> dict:
+        return self._agent(self._state, name).public(self._clock())
+
+    def list_teams(self) -> list[dict]:
+        return [self._team_view(self._state, t) for t in sorted(self._state.teams)]
+
+    def get_team(self, name: str) -> dict:
+        self._team(self._state, name)
+        return self._team_view(self._state, name)
+
+    def list_policies(self) -> list[dict]:
+        names = sorted(set(BUILTIN_POLICIES) | set(self._state.policies))
+        return [self._policy_summary(self._state, n) for n in names]
+
+    def get_policy(self, name: str) -> dict:
+        state = self._state
+        if name in BUILTIN_POLICIES:
+            document = BUILTIN_POLICIES[name]
+        elif name in state.policies:
+            document = state.policies[name].document
+        else:
+            raise NoSuchEntity(f"There is no policy named {name!r}.")
+        return {**self._policy_summary(state, name), "document": document}
+
+    def owner_of(self, access_key: str) -> str | None:
+        entry = self._keys.get(access_key)
+        return entry[0].name if entry else None
+
+    # -- changes -------------------------------------------------------------
+
+    def create_agent(self, name: str, kind: str = "agent", teams: list[str] | None = None,
+                     policies: list[str] | None = None) -> tuple[dict, AccessKey]:
+        check_name("agent", name)
+        if kind not in KINDS:
+            raise IdentityError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}.")
+        teams = _unique(teams or [])
+        policies = _unique(list(DEFAULT_POLICIES) if policies is None else policies)
+
+        def change(state: Identities) -> tuple[dict, AccessKey]:
+            if name in state.agents:
+                raise EntityAlreadyExists(f"An agent named {name!r} already exists.")
+            for team in teams:
+                self._team(state, team)
+            for policy in policies:
+                self._require_policy(state, policy)
+            now = self._clock()
+            key = new_key_pair(now)
+            agent = Agent(name, kind, teams, policies, False, now, [key])
+            state.agents[name] = agent
+            return agent.public(now), key
+        return self._update(change)
+
+    def set_disabled(self, name: str, disabled: bool) -> dict:
+        def change(state: Identities) -> dict:
+            agent = self._agent(state, name)
+            agent.disabled = disabled
+            return agent.public(self._clock())
+        return self._update(change)
+
+    def delete_agent(self, name: str) -> None:
+        def change(state: Identities) -> None:
+            self._agent(state, name)
+            del state.agents[name]
+        self._update(change)
+
+    def create_key(self, name: str) -> AccessKey:
+        def change(state: Identities) -> AccessKey:
+            agent = self._agent(state, name)
+            self._prune(agent)
+            if len(agent.keys) >= 10:
+                raise IdentityError(f"{name} already has 10 access keys; revoke one first.")
+            key = new_key_pair(self._clock())
+            agent.keys.append(key)
+            return key
+        return self._update(change)
+
+    def rotate_key(self, name: str, access_key: str | None = None,
+                   grace_seconds: float = 0) -> tuple[AccessKey, AccessKey]:
+        """A new key pair for ``name``; the old key stops now or after the grace period."""
+        if grace_seconds < 0:
+            raise IdentityError("grace_seconds must not be negative.")
+
+        def change(state: Identities) -> tuple[AccessKey, AccessKey]:
+            agent = self._agent(state, name)
+            now = self._clock()
+            self._prune(agent)
+            old = self._key_to_rotate(agent, access_key, now)
+            new = new_key_pair(now)
+            if grace_seconds:
+                old.expires_at = now + grace_seconds
+            else:
+                agent.keys.remove(old)
+            agent.keys.append(new)
+            return old, new
+        old, new = self._update(change)
+        return old, new
+
+    def revoke_key(self, access_key: str) -> str:
+        def change(state: Identities) -> str:
+            for agent in state.agents.values():
+                for key in agent.keys:
+                    if key.access_key == access_key:
+                        agent.keys.remove(key)
+                        return agent.name
+            raise NoSuchEntity(f"There is no access key {access_key!r}.")
+        return self._update(change)
+
+    def create_team(self, name: str, policies: list[str] | None = None) -> dict:
+        check_name("team", name)
+        policies = _unique(policies or [])
+
+        def change(state: Identities) -> dict:
+            if name in state.teams:
+                raise EntityAlreadyExists(f"A team named {name!r} already exists.")
+            for policy in policies:
+                self._require_policy(state, policy)
+            state.teams[name] = Team(name, policies, self._clock())
+            return self._team_view(state, name)
+        return self._update(change)
+
+    def delete_team(self, name: str) -> None:
+        def change(state: Identities) -> None:
+            self._team(state, name)
+            for agent in state.agents.values():
+                if name in agent.teams:
+                    agent.teams.remove(name)
+            del state.teams[name]
+        self._update(change)
+
+    def set_membership(self, team: str, agent_name: str, member: bool) -> dict:
+        def change(state: Identities) -> dict:
+            self._team(state, team)
+            agent = self._agent(state, agent_name)
+            if member and team not in agent.teams:
+                agent.teams.append(team)
+            elif not member:
+                if team not in agent.teams:
+                    raise NoSuchEntity(f"{agent_name} is not a member of team {team!r}.")
+                agent.teams.remove(team)
+            return self._team_view(state, team)
+        return self._update(change)
+
+    def put_policy(self, name: str, text: bytes) -> dict:
+        check_policy_name(name)
+        if name in BUILTIN_POLICIES:
+            raise IdentityError(f"{name!r} is a built-in policy and cannot be replaced; put your "
+                                "policy under another name.")
+        try:
+            document = parse_policy(text)
+        except PolicyError as exc:
+            raise MalformedPolicy(str(exc)) from None
+
+        def change(state: Identities) -> dict:
+            now = self._clock()
+            existing = state.policies.get(name)
+            created = existing.created_at if existing else now
+            state.policies[name] = CustomPolicy(name, document.source, created, now)
+            return {**self._policy_summary(state, name), "document": document.source}
+        return self._update(change)
+
+    def delete_policy(self, name: str) -> None:
+        if name in BUILTIN_POLICIES:
+            raise IdentityError(f"{name!r} is a built-in policy and cannot be deleted.")
+
+        def change(state: Identities) -> None:
+            if name not in state.policies:
+                raise NoSuchEntity(f"There is no policy named {name!r}.")
+            attached = state.attached_to(name)
+            if attached["agents"] or attached["teams"]:
+                raise DeleteConflict(f"Policy {name!r} is still attached to "
+                                     f"{_describe(attached)}; detach it first.")
+            del state.policies[name]
+        self._update(change)
+
+    def attach_policy(self, name: str, agent: str | None, team: str | None, attach: bool) -> dict:
+        if (agent is None) == (team is None):
+            raise IdentityError("Name exactly one of an agent or a team.")
+
+        def change(state: Identities) -> dict:
+            self._require_policy(state, name)
+            holder = self._agent(state, agent) if agent else self._team(state, team)
+            if attach and name not in holder.policies:
+                holder.policies.append(name)
+            elif not attach:
+                if name not in holder.policies:
+                    raise NoSuchEntity(f"Policy {name!r} is not attached to {agent or team}.")
+                holder.policies.remove(name)
+            return self._policy_summary(state, name)
+        return self._update(change)
+
+    # -- machinery -------------------------------------------------------------
+
+    def _update(self, change: Callable[[Identities], T]) -> T:
+        """Apply ``change`` to a copy and publish it with compare-and-swap; retry on races."""
+        with self._lock:
+            for _ in range(_CAS_ATTEMPTS):
+                state = copy.deepcopy(self._state)
+                result = change(state)
+                state.generation += 1
+                body = orjson.dumps(state.to_json(), option=orjson.OPT_INDENT_2)
+                condition = (WriteCondition(if_match=self._etag) if self._etag
+                             else WriteCondition(if_none_match=True))
+                try:
+                    info = self._store.put_object(INTERNAL_BUCKET, DOCUMENT_KEY, BytesIO(body),
+                                                  ObjectMeta(content_type="application/json"),
+                                                  condition)
+                except (PreconditionFailed, NoSuchKey):
+                    self._load()  # another gateway changed it first: redo on its version
+                    continue
+                self._install(state, info.etag)
+                return result
+        raise IdentityError("The identities document kept changing under this request; retry.")
+
+    def _agent(self, state: Identities, name: str) -> Agent:
+        agent = state.agents.get(name)
+        if agent is None:
+            raise NoSuchEntity(f"There is no agent named {name!r}.")
+        return agent
+
+    def _team(self, state: Identities, name: str) -> Team:
+        team = state.teams.get(name)
+        if team is None:
+            raise NoSuchEntity(f"There is no team named {name!r}.")
+        return team
+
+    def _require_policy(self, state: Identities, name: str) -> None:
+        if name not in BUILTIN_POLICIES and name not in state.policies:
+            raise NoSuchEntity(f"There is no policy named {name!r}.")
+
+    def _prune(self, agent: Agent) -> None:
+        now = self._clock()
+        agent.keys = [k for k in agent.keys if k.active(now)]
+
+    def _key_to_rotate(self, agent: Agent, access_key: str | None, now: float) -> AccessKey:
+        current = [k for k in agent.keys if k.expires_at is None]
+        if access_key is not None:
+            for key in current:
+                if key.access_key == access_key:
+                    return key
+            raise NoSuchEntity(f"{agent.name} has no active access key {access_key!r}.")
+        if len(current) != 1:
+            raise IdentityError(f"{agent.name} has {len(current)} active access keys; name the "
+                                "one to rotate.")
+        return current[0]
+
+    def _team_view(self, state: Identities, name: str) -> dict:
+        team = state.teams[name]
+        return {"name": name, "members": state.members(name), "policies": list(team.policies),
+                "created_at": iso(team.created_at)}
+
+    def _policy_summary(self, state: Identities, name: str) -> dict:
+        return {"name": name, "builtin": name in BUILTIN_POLICIES, "attached_to": state.attached_to(name)}
+
+
+class MalformedPolicy(IdentityError):
+    code = "MalformedPolicyDocument"
+    status = 400
+
+
+def _unique(items: list[str]) -> list[str]:
+    return list(dict.fromkeys(items))
+
+
+def _describe(attached: dict[str, list[str]]) -> str:
+    parts = [f"agent {a}" for a in attached["agents"]] + [f"team {t}" for t in attached["teams"]]
+    return ", ".join(parts)
