@@ -6,6 +6,11 @@ directory, measured with the same boto3 client and with wrk, and stopped
 (SIGTERM to its process group, SIGKILL after a grace period) when its
 measurements finish -- also on errors and on Ctrl-C / SIGTERM.
 
+`orgmem-agent` is orgmem again, measured with the keys of a non-root agent
+that this script creates through the admin API (two teams, `agent-default`
+plus a 10-statement custom policy), so every request pays for authentication
+against the identities document and a real policy evaluation.
+
 Usage:
     .venv/bin/python bench/s3_bench.py                       # full run, all servers
     .venv/bin/python bench/s3_bench.py --quick               # small sizes, 1 run
@@ -37,6 +42,7 @@ import threading
 import time
 import traceback
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any, Callable
@@ -46,7 +52,8 @@ REPO = HERE.parent
 RESULTS_JSON = HERE / "results" / "s3_bench.json"
 VENV_BIN = REPO / ".venv" / "bin"
 
-ALL_SERVERS = ("orgmem", "moto", "nanio", "seaweedfs")
+ALL_SERVERS = ("orgmem", "orgmem-agent", "moto", "nanio", "seaweedfs")
+ORGMEM_VARIANTS = ("orgmem", "orgmem-agent")  # the same gateway, root keys / an agent's keys
 PYTHON_PEERS = ("moto", "nanio")
 BUCKET = "bench"
 SMALL = 4096
@@ -58,6 +65,7 @@ SECRET_KEY = "orgmembench-secret-key-0123456789abcdef"
 
 DURABILITY = {
     "orgmem": "fsync (durable)",
+    "orgmem-agent": "fsync (durable)",
     "moto": "none (in-memory)",
     "nanio": "fsync data+meta, no dir fsync",
     "seaweedfs": "no fsync (page cache)",
@@ -259,20 +267,22 @@ class Server:
         self.extra_ports: list[int] = []
         self.argv: list[str] = []
         self.env_shown: dict[str, str] = {}
+        # the keys the measurements use; orgmem-agent swaps in the agent's keys after start
         self.access_key = ACCESS_KEY
         self.secret_key = SECRET_KEY
         self.durability = DURABILITY[name]
+        self.is_orgmem = name in ORGMEM_VARIANTS
 
     # -- command lines -----------------------------------------------------
     def _command(self) -> tuple[list[str], dict[str, str]]:
         b = self.bin_dir
         p = self.port
-        if self.name == "orgmem":
+        if self.is_orgmem:
             return (
                 [str(b / "orgmem"), "serve", "--host", "127.0.0.1", "--port", str(p),
                  "--data", str(self.data)],
-                {"ORGMEM_ROOT_ACCESS_KEY": self.access_key,
-                 "ORGMEM_ROOT_SECRET_KEY": self.secret_key},
+                {"ORGMEM_ROOT_ACCESS_KEY": ACCESS_KEY,
+                 "ORGMEM_ROOT_SECRET_KEY": SECRET_KEY},
             )
         if self.name == "moto":
             # moto accepts any credentials (no auth checks by default)
@@ -335,18 +345,18 @@ class Server:
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        url = f"http://127.0.0.1:{self.port}" + ("/health" if self.name == "orgmem" else "/")
+        url = f"http://127.0.0.1:{self.port}" + ("/health" if self.is_orgmem else "/")
         last = "no answer"
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise ServerError(f"exited with code {self.proc.returncode}: {self.log_tail()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200 or self.name != "orgmem":
+                    if r.status == 200 or not self.is_orgmem:
                         return
                     last = f"HTTP {r.status}"
             except urllib.error.HTTPError as e:  # any HTTP answer means "listening"
-                if self.name != "orgmem":
+                if not self.is_orgmem:
                     return
                 last = f"HTTP {e.code}"
             except (OSError, urllib.error.URLError) as e:
@@ -419,6 +429,174 @@ def stop_all_servers() -> None:
             s.stop()
         except Exception:  # noqa: BLE001 - best effort
             traceback.print_exc()
+
+
+# --------------------------------------------------------------------------
+# orgmem-agent: a non-root principal created through the admin API
+# --------------------------------------------------------------------------
+
+AGENT_NAME = "bench-agent"
+AGENT_TEAMS = ("bench-research", "bench-platform")
+AGENT_POLICY = "bench-agent-s3"
+AGENT_POLICIES = ("agent-default", AGENT_POLICY)
+# Statement that must decide every benchmark request; the others are there to be evaluated.
+AGENT_BENCH_SID = "BenchBucket"
+
+
+def agent_policy_document() -> dict[str, Any]:
+    """A realistic custom policy of 10 statements.
+
+    Wildcard actions and resources, ${aws:username} and ${orgmem:teams} variables, a condition on
+    s3:prefix, and a Deny on every S3 action from outside the local networks (evaluated on every
+    request, never matching the bench traffic from 127.0.0.1). Only `BenchBucket` allows the
+    benchmark's bucket, with s3:* (CreateBucket, Put/Get/List/Delete, multipart).
+    """
+    me = "${aws:username}"
+    teams = "${orgmem:teams}"
+    s3 = "arn:aws:s3:::"
+    return {"Version": "2012-10-17", "Id": AGENT_POLICY, "Statement": [
+        {"Sid": "SeeBuckets", "Effect": "Allow",
+         "Action": ["s3:ListAllMyBuckets", "s3:GetBucketLocation"], "Resource": "*"},
+        {"Sid": "ReadSharedBuckets", "Effect": "Allow", "Action": ["s3:Get*", "s3:List*"],
+         "Resource": [f"{s3}shared-*", f"{s3}shared-*/*"]},
+        {"Sid": "OwnScratchBuckets", "Effect": "Allow", "Action": "s3:*",
+         "Resource": [f"{s3}scratch-{me}", f"{s3}scratch-{me}/*"]},
+        {"Sid": "TeamBucketObjects", "Effect": "Allow",
+         "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"],
+         "Resource": f"{s3}team-{teams}/*"},
+        {"Sid": "ListOwnDatasetPrefixes", "Effect": "Allow", "Action": "s3:ListBucket",
+         "Resource": f"{s3}datasets",
+         "Condition": {"StringLike": {"s3:prefix": ["public/*", f"users/{me}/*"]}}},
+        {"Sid": "ReadDatasets", "Effect": "Allow", "Action": "s3:GetObject",
+         "Resource": [f"{s3}datasets/public/*", f"{s3}datasets/users/{me}/*"]},
+        {"Sid": "AgentPrefixedBuckets", "Effect": "Allow", "Action": ["s3:Get*", "s3:Put*"],
+         "Resource": f"{s3}agent-{me}-*/*"},
+        {"Sid": "ReadTeamMemory", "Effect": "Allow", "Action": ["memory:Get*", "memory:List*"],
+         "Resource": f"arn:orgmem:memory:::team/{teams}/*"},
+        {"Sid": "DenyOutsideLocalNetworks", "Effect": "Deny", "Action": "s3:*", "Resource": "*",
+         "Condition": {"NotIpAddress": {"aws:SourceIp": ["127.0.0.0/8", "10.0.0.0/8", "::1/128"]}}},
+        {"Sid": AGENT_BENCH_SID, "Effect": "Allow", "Action": "s3:*",
+         "Resource": [f"{s3}{BUCKET}", f"{s3}{BUCKET}/*"]},
+    ]}
+
+
+# (action, resource) of every S3 call the benchmark makes as the agent (boto3's
+# upload_file aborts its multipart upload on failure, hence AbortMultipartUpload).
+AGENT_NEEDS = [
+    ("s3:CreateBucket", f"arn:aws:s3:::{BUCKET}"),
+    ("s3:ListBucket", f"arn:aws:s3:::{BUCKET}"),
+    ("s3:ListBucketMultipartUploads", f"arn:aws:s3:::{BUCKET}"),
+    ("s3:PutObject", f"arn:aws:s3:::{BUCKET}/big/object"),
+    ("s3:GetObject", f"arn:aws:s3:::{BUCKET}/g4k/0000"),
+    ("s3:DeleteObject", f"arn:aws:s3:::{BUCKET}/probe/delete"),
+    ("s3:AbortMultipartUpload", f"arn:aws:s3:::{BUCKET}/big/object"),
+    ("s3:ListMultipartUploadParts", f"arn:aws:s3:::{BUCKET}/big/object"),
+]
+
+
+def admin_call(srv: Server, method: str, path: str, body: Any = None,
+               keys: tuple[str, str] = (ACCESS_KEY, SECRET_KEY)) -> Any:
+    """One admin REST call with `Authorization: Bearer <access>:<secret>` (root keys by default).
+
+    Errors carry the method, path, status and the server's error body, never the token.
+    """
+    data = None
+    if body is not None:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{srv.port}{path}", data=data, method=method,
+        headers={"Authorization": f"Bearer {keys[0]}:{keys[1]}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=60) as r:
+            raw = r.read()
+    except urllib.error.HTTPError as e:
+        detail = e.read()[:500].decode("utf-8", "replace")
+        raise ServerError(f"admin {method} {path}: HTTP {e.code}: {detail}") from None
+    return json.loads(raw) if raw else None
+
+
+def provision_agent(srv: Server) -> dict[str, Any]:
+    """Create the teams, the custom policy and the agent as root; switch srv to the agent's keys.
+
+    Then check, before anything is measured, that the agent is who it should be and that the
+    policy simulator allows every call the benchmark makes through `BenchBucket` (and that the
+    Deny would fire for traffic from elsewhere, so it is live, not dead weight).
+    Returns a description for the JSON output (no secret in it).
+    """
+    doc = agent_policy_document()
+    admin_call(srv, "PUT", f"/admin/v1/policies/{AGENT_POLICY}", json.dumps(doc).encode())
+    for team in AGENT_TEAMS:
+        admin_call(srv, "POST", "/admin/v1/teams", {"name": team})
+    created = admin_call(srv, "POST", "/admin/v1/agents",
+                         {"name": AGENT_NAME, "kind": "agent", "teams": list(AGENT_TEAMS),
+                          "policies": list(AGENT_POLICIES)})
+    srv.access_key, srv.secret_key = created["access_key"], created["secret_key"]
+
+    who = admin_call(srv, "GET", "/admin/v1/whoami", keys=(srv.access_key, srv.secret_key))
+    if (who.get("name") != AGENT_NAME or who.get("is_root")
+            or sorted(who.get("teams", [])) != sorted(AGENT_TEAMS)
+            or who.get("policies") != list(AGENT_POLICIES)):
+        raise ServerError(f"whoami as the agent answered {who}")
+
+    def simulate(action: str, resource: str, ip: str) -> dict[str, Any]:
+        return admin_call(srv, "POST", "/admin/v1/policies/simulate",
+                          {"principal": AGENT_NAME, "action": action, "resource": resource,
+                           "context": {"aws:SourceIp": ip}})
+
+    simulated = {}
+    for action, resource in AGENT_NEEDS:
+        d = simulate(action, resource, "127.0.0.1")
+        st = d.get("statement") or {}
+        simulated[action] = f"{d.get('decision')} by {st.get('policy')}#{st.get('sid')}"
+        if not d.get("allowed") or (st.get("policy"), st.get("sid")) != (AGENT_POLICY, AGENT_BENCH_SID):
+            raise ServerError(f"policy simulator: {action} on {resource} for {AGENT_NAME}: {d}")
+    d = simulate("s3:GetObject", f"arn:aws:s3:::{BUCKET}/g4k/0000", "203.0.113.7")
+    if d.get("decision") != "explicit-deny":
+        raise ServerError(f"policy simulator: the Deny statement does not fire from 203.0.113.7: {d}")
+    simulated["s3:GetObject from 203.0.113.7"] = d["decision"]
+    log(f"{srv.name}: created agent {AGENT_NAME} (teams {', '.join(AGENT_TEAMS)}; policies "
+        f"{', '.join(AGENT_POLICIES)}, {len(doc['Statement'])} custom statements); measuring with its keys")
+    return {"name": AGENT_NAME, "teams": list(AGENT_TEAMS), "policies": list(AGENT_POLICIES),
+            "custom_policy": {"name": AGENT_POLICY, "document": doc}, "simulated": simulated}
+
+
+def check_agent_audit(srv: Server, max_pages: int = 1000) -> dict[str, Any]:
+    """After the measurements, untimed: page through the agent's whole audit trail (1000 records
+    per call, with the cursor). Every S3 record must be allowed by BenchBucket; a denial or any
+    other deciding statement means the policy did not do what the benchmark assumes."""
+    want = f"{AGENT_POLICY}#{AGENT_BENCH_SID}"
+    s3_records, others, pages = 0, 0, 0
+    operations: dict[str, int] = {}
+    reasons: dict[str, int] = {}
+    first_bad = None
+    cursor = None
+    while pages < max_pages:
+        q = f"principal={AGENT_NAME}&limit=1000" + (f"&after={urllib.parse.quote(cursor)}" if cursor else "")
+        page = admin_call(srv, "GET", f"/admin/v1/audit?{q}")
+        pages += 1
+        for r in page["records"]:
+            if not str(r.get("action") or "").startswith("s3:"):
+                others += 1  # the admin API's whoami
+                continue
+            s3_records += 1
+            op, why = str(r.get("operation")), str(r.get("reason"))
+            operations[op] = operations.get(op, 0) + 1
+            reasons[why] = reasons.get(why, 0) + 1
+            if first_bad is None and (why != want or r.get("decision") != "allow"):
+                first_bad = r
+        cursor = page.get("cursor")
+        if len(page["records"]) < 1000 or not cursor:
+            break
+    out = {"s3_records": s3_records, "other_records": others, "pages": pages,
+           "operations": dict(sorted(operations.items())), "reasons": reasons}
+    needed = {"CreateBucket", "PutObject", "GetObject", "DeleteObject", "CreateMultipartUpload",
+              "UploadPart", "CompleteMultipartUpload", "ListObjectsV2"}
+    missing = sorted(needed - set(operations))
+    if first_bad is not None or missing or not s3_records:
+        raise ServerError(f"audit check: expected every S3 record of {AGENT_NAME} allowed by {want}, "
+                          f"with operations {sorted(needed)}; missing {missing}, got {out}, "
+                          f"first other: {first_bad}")
+    return out
 
 
 # --------------------------------------------------------------------------
@@ -609,6 +787,9 @@ def bench_server(srv: Server, plan: Plan, big_src: Path, big_sha: str) -> dict[s
     got = c.get_object(Bucket=BUCKET, Key="g4k/0000")["Body"].read()
     if got != body:
         raise ServerError("4 KiB round trip returned different bytes")
+    # untimed: the client may delete too (for orgmem-agent, its policy must allow it)
+    c.put_object(Bucket=BUCKET, Key="probe/delete", Body=b"x")
+    c.delete_object(Bucket=BUCKET, Key="probe/delete")
 
     gen = [0]
 
@@ -823,15 +1004,26 @@ def best_python_peer(results: dict[str, Any], key: str, better: str) -> float | 
     return max(vals) if better == "hi" else min(vals)
 
 
+# ratio columns of the table: (JSON key, column header)
+RATIO_COLUMNS = [
+    ("orgmem_over_seaweedfs", "orgmem/SeaweedFS"),
+    ("orgmem_over_best_python_peer", "orgmem/best-Py-peer"),
+    ("orgmem_agent_over_orgmem", "orgmem-agent/orgmem"),
+]
+
+
 def compute_ratios(results: dict[str, Any]) -> dict[str, Any]:
     om = results.get("orgmem", {}).get("metrics") or {}
+    ag = results.get("orgmem-agent", {}).get("metrics") or {}
     sw = results.get("seaweedfs", {}).get("metrics") or {}
-    out = {"orgmem_over_seaweedfs": {}, "orgmem_over_best_python_peer": {}}
+    out: dict[str, dict[str, Any]] = {k: {} for k, _ in RATIO_COLUMNS}
     for key, _, better, _ in ROWS:
         if key == "errors":
             continue
         out["orgmem_over_seaweedfs"][key] = ratio(om.get(key), sw.get(key))
         out["orgmem_over_best_python_peer"][key] = ratio(om.get(key), best_python_peer(results, key, better))
+        # the cost of being a non-root principal: authn lookup + policy evaluation per request
+        out["orgmem_agent_over_orgmem"][key] = ratio(ag.get(key), om.get(key))
     return out
 
 
@@ -877,19 +1069,18 @@ def fmt(v: Any, f: str) -> str:
 def render_table(results: dict[str, Any], order: list[str], ratios: dict[str, Any],
                  targets: list[dict[str, Any]], plan: Plan) -> str:
     big = f"{plan.big_bytes >> 20}MiB"
-    header = ["metric (+ higher / - lower is better)", *order, "orgmem/SeaweedFS", "orgmem/best-Py-peer"]
+    header = ["metric (+ higher / - lower is better)", *order, *(h for _, h in RATIO_COLUMNS)]
+    blank = [""] * len(RATIO_COLUMNS)
     lines: list[list[str]] = []
-    lines.append(["durability", *[results[s].get("durability", "-") for s in order], "", ""])
-    lines.append(["status", *[("ok" if results[s].get("metrics") else "FAILED") for s in order], "", ""])
+    lines.append(["durability", *[results[s].get("durability", "-") for s in order], *blank])
+    lines.append(["status", *[("ok" if results[s].get("metrics") else "FAILED") for s in order], *blank])
     for key, label, better, f in ROWS:
         lab = label.format(big=big, nkeys=plan.list_keys) + (" (+)" if better == "hi" else " (-)")
         row = [lab]
         for s in order:
             m = results[s].get("metrics") or {}
             row.append(fmt(m.get(key), f))
-        r1 = ratios["orgmem_over_seaweedfs"].get(key)
-        r2 = ratios["orgmem_over_best_python_peer"].get(key)
-        row += [fmt(r1, "{:.2f}x"), fmt(r2, "{:.2f}x")]
+        row += [fmt(ratios[k].get(key), "{:.2f}x") for k, _ in RATIO_COLUMNS]
         lines.append(row)
     widths = [max(len(header[i]), *(len(r[i]) for r in lines)) for i in range(len(header))]
 
@@ -901,6 +1092,10 @@ def render_table(results: dict[str, Any], order: list[str], ratios: dict[str, An
     if plan.runs > 1:
         out.append(f"(ops/s, req/s, MB/s, CPU and LIST: median of {plan.runs} runs; "
                    f"RSS growth: max of {plan.runs} runs; latency: all 1-thread GET samples)")
+    if "orgmem-agent" in order:
+        out.append(f"(orgmem-agent: orgmem measured with the keys of agent {AGENT_NAME} (2 teams, "
+                   f"{' + '.join(AGENT_POLICIES)}); orgmem-agent/orgmem shows the cost of policy "
+                   "evaluation: below 1x on (+) rows / above 1x on (-) rows is overhead)")
     out.append("")
     out.append("targets (orgmem):")
     tw = max(len(t["target"]) for t in targets)
@@ -968,9 +1163,18 @@ def main(argv: list[str] | None = None) -> int:
                 entry["command"] = srv.argv
                 # Secrets never reach output, not even the benchmark's throwaway ones.
                 entry["env"] = {k: ("<redacted>" if "SECRET" in k else v) for k, v in srv.env_shown.items()}
+                if name == "orgmem-agent":
+                    entry["agent"] = provision_agent(srv)
                 entry["credentials"] = ("any (moto does not check signatures)" if name == "moto"
                                         else {"access_key": srv.access_key, "secret_key": "<redacted>"})
+                if name == "orgmem-agent":
+                    entry["credentials"].update(principal=AGENT_NAME, created_by="root (ORGMEM_ROOT_*)")
                 entry.update(bench_server(srv, plan, big_src, big_sha))
+                if name == "orgmem-agent":
+                    try:
+                        entry["agent"]["audit_check"] = check_agent_audit(srv)
+                    except Exception as e:  # noqa: BLE001 - keep the numbers, report the problem
+                        entry.setdefault("errors", {})["audit_check"] = f"{type(e).__name__}: {e}"[:600]
             except KeyboardInterrupt:
                 raise
             except Exception as e:  # noqa: BLE001 - one broken server must not stop the others

@@ -579,3 +579,16 @@ def test_identity_document_is_not_reachable_over_s3(gw):
     assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] in (400, 404)
     assert ".orgmem" not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
     assert Path(gw.data / ".orgmem").stat().st_mode & 0o077 == 0
+
+
+def test_readme_lists_every_action_of_the_catalogue():
+    """Later issues add actions to gateway/iam/actions.py; the README's table must follow."""
+    from gateway.iam.actions import SERVICES
+
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    rows = {line.split("|")[1].strip().strip("`"): line for line in readme.splitlines()
+            if line.startswith("| `") and line.count("|") == 4}
+    for prefix, service in SERVICES.items():
+        assert prefix in rows, f"README has no row for the {prefix} service"
+        listed = {a.strip() for a in rows[prefix].split("|")[3].split(",")}
+        assert listed == set(service.actions) - set(service.unused), prefix

@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..iam import audit
+from ..iam import actions, audit
 from ..iam.authz import Authorizer
 from ..iam.identities import IdentityStore
 from ..iam.model import iso
@@ -222,6 +222,9 @@ class AdminApi:
 
     def simulate(self, call: Call) -> Reply:
         body = call.model(Simulation)
+        if not actions.is_known_action(body.action):
+            raise ApiError("InvalidArgument", f"{body.action!r} is not an action orgmem knows; actions "
+                           "are named like s3:GetObject or memory:PutDocument (see the README).")
         principal = self.identities.principal(body.principal)
         context = {k.lower(): v for k, v in body.context.items()}
         decision = self.authorizer.decide(principal, body.action, body.resource, context)
