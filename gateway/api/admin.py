@@ -119,12 +119,10 @@ class AdminApi:
 
     # resources named by the body or by a key's owner
     def new_agent_arn(self, call: Call) -> str:
-        name = call.json().get("name") if isinstance(call.json(), dict) else None
-        return f"{ARN}agent/{name if isinstance(name, str) else '*'}"
+        return f"{ARN}agent/{_body_name(call)}"
 
     def new_team_arn(self, call: Call) -> str:
-        name = call.json().get("name") if isinstance(call.json(), dict) else None
-        return f"{ARN}team/{name if isinstance(name, str) else '*'}"
+        return f"{ARN}team/{_body_name(call)}"
 
     def key_owner_arn(self, call: Call) -> str:
         return f"{ARN}agent/{self.identities.owner_of(call.params['key']) or '*'}"
@@ -259,6 +257,17 @@ class AdminApi:
 
     def metrics(self, call: Call) -> Reply:
         return Reply(raw=self._metrics.render(), content_type=CONTENT_TYPE)
+
+
+def _body_name(call: Call) -> str:
+    """The name a create request asks for; ``*`` while the body is unreadable, so the
+    caller is authorized before being told what is wrong with the body."""
+    try:
+        body = call.json()
+    except ApiError:
+        return "*"
+    name = body.get("name") if isinstance(body, dict) else None
+    return name if isinstance(name, str) else "*"
 
 
 def _ref(ref) -> dict | None:

@@ -201,7 +201,8 @@ class RestApp:
         else:
             log.error("internal_error", request_id=outcome.request_id, error=exc.__class__.__name__,
                       trace=traceback.format_exc(limit=8))
-            code, message, status = "InternalError", "We encountered an internal error. Please try again.", 500
+            code, status = "InternalError", 500
+            message = "We encountered an internal error. Please try again."
         outcome.error = code
         return Reply(status, {"error": {"code": code, "message": message}})
 
