@@ -34,6 +34,8 @@ EXIT_DENIED = 3
 AUDIT_PAGE = 1000
 #: Seconds between polls of ``audit tail --follow``.
 FOLLOW_INTERVAL = 1.0
+#: The action of a read of the audit log; ``--follow`` hides its own polls.
+AUDIT_READ_ACTION = "admin:ReadAudit"
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(?:\d+[smhd])+")
@@ -626,6 +628,7 @@ class _AuditPrinter:
         self.console = None if as_json else _console()
 
     def __call__(self, records: Sequence[Mapping[str, Any]]) -> None:
+        records = list(records)
         if self.as_json:
             for r in records:
                 click.echo(json.dumps(_without_secrets(r)))
@@ -655,7 +658,7 @@ def _read_until_caught_up(client: AdminClient, first: Mapping[str, Any], princip
 
 @audit.command("tail")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new records (polls every second) "
-              "until Ctrl-C.")
+              "until Ctrl-C; its own polls of the audit log are not shown.")
 @click.option("--principal", metavar="NAME", help="Only this principal's requests.")
 @click.option("--denied", is_flag=True, help="Only denied requests.")
 @click.option("--since", type=Since(), help="Start at this time: 10m, 2h, 7d ago, an ISO-8601 time "
@@ -688,7 +691,10 @@ def audit_tail(follow: bool, principal: str | None, denied: bool, since: str | N
                     raise
                 click.echo(f"warning: {exc.code}: {exc.message} (retrying)", err=True)
                 continue
-            if fresh:
-                printer(list(fresh))
+            # Each poll is itself audited: do not echo our own polls back forever.
+            fresh_records = [r for r in fresh if not (r.get("action") == AUDIT_READ_ACTION
+                                                      and r.get("access_key") == client.access_key)]
+            if fresh_records:
+                printer(fresh_records)
     except KeyboardInterrupt:
         return
