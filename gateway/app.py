@@ -52,10 +52,18 @@ class Gateway:
             if path in ("/health", "/ready") and scope["method"] in ("GET", "HEAD") \
                     and not scope.get("query_string"):
                 await self._probe(path, send)
-            elif path.startswith(ADMIN_PREFIX + "/") or path == "/metrics":
+            elif (path.startswith(ADMIN_PREFIX + "/") or path == "/metrics") \
+                    and not self._names_bucket(scope):
                 await self.rest(scope, receive, send)
             else:
                 await self.s3(scope, receive, send)
+
+    def _names_bucket(self, scope: dict) -> bool:
+        """With --domain, BUCKET.domain/metrics is an object key, not the gateway's own path."""
+        if not self.s3.domain:
+            return False
+        host = next((v for k, v in scope["headers"] if k == b"host"), b"").decode("latin-1")
+        return self.s3.host_bucket(host) is not None
 
     async def _probe(self, path: str, send) -> None:
         status, body = 200, {"status": "ok"}

@@ -32,6 +32,8 @@ def main() -> None:
 @click.option("--upload-expiry", type=int, help="Abort multipart uploads older than this many seconds.")
 @click.option("--body-timeout", type=int,
               help="Seconds an upload may send nothing before it is abandoned (default 60).")
+@click.option("--trusted-proxies",
+              help="Comma-separated load balancer addresses whose X-Forwarded-For is believed.")
 @click.option("--log-level", type=click.Choice(list(logs.LEVELS)), help="Log level (default info).")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""

@@ -26,6 +26,9 @@ class Config:
     #: seconds an upload may stall (send nothing) before it is abandoned
     body_timeout: int = 60
     log_level: str = "info"
+    #: comma-separated addresses of load balancers whose X-Forwarded-For/-Proto are
+    #: believed (for aws:SourceIp, aws:SecureTransport and the audit's remote address)
+    trusted_proxies: str = ""
     root_access_key: str | None = None
     root_secret_key: str | None = None
 

@@ -113,7 +113,10 @@ def run(app, config: Config) -> None:
         app, host=config.host, port=config.port, loop="uvloop", http=_protocol_class(),
         ssl_certfile=config.tls_cert, ssl_keyfile=config.tls_key, log_config=None,
         access_log=False, server_header=False, lifespan="on", timeout_keep_alive=30,
-        timeout_graceful_shutdown=30, backlog=2048)
+        timeout_graceful_shutdown=30, backlog=2048,
+        # Forwarded headers decide policies (aws:SourceIp) and audit records: believe
+        # them only from the load balancers the operator names.
+        proxy_headers=bool(config.trusted_proxies), forwarded_allow_ips=config.trusted_proxies or None)
     server = uvicorn.Server(server_config)
     # uvicorn drains connections on SIGTERM/SIGINT, then re-raises the signal to the
     # previous handler: make that handler a clean exit rather than death by signal.

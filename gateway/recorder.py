@@ -85,6 +85,6 @@ def claimed_key(outcome: Outcome) -> str | None:
 def _reason(outcome: Outcome) -> str:
     if outcome.decision is not None:
         return decision_reason(outcome.decision, outcome.items_denied)
-    if outcome.principal is None:
+    if outcome.principal is None or outcome.principal.disabled:
         return f"authentication: {outcome.error or 'failed'}"
     return f"rejected before authorization: {outcome.error or 'invalid request'}"

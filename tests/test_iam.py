@@ -592,3 +592,121 @@ def test_readme_lists_every_action_of_the_catalogue():
         assert prefix in rows, f"README has no row for the {prefix} service"
         listed = {a.strip() for a in rows[prefix].split("|")[3].split(",")}
         assert listed == set(service.actions) - set(service.unused), prefix
+
+
+# -- review regressions ---------------------------------------------------------------------------------
+
+
+def test_a_narrow_admin_grant_cannot_escalate(gw, admin, secrets_seen):
+    admin.put_policy("bot-provisioner", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "admin:*", "Resource": "arn:orgmem:admin:::agent/bots-*"},
+        {"Effect": "Allow", "Action": ["admin:CreateTeam", "admin:UpdateTeam"],
+         "Resource": "arn:orgmem:admin:::team/proj-*"},
+        {"Effect": "Allow", "Action": "admin:AttachPolicy", "Resource": "arn:orgmem:admin:::policy/agent-default"}]})
+    admin.create_team("admins", policies=["admin"])
+    prov = new_agent(admin, secrets_seen, "provisioner", policies=["bot-provisioner"])
+    p = AdminClient(gw.endpoint, prov["access_key"], prov["secret_key"])
+    made = p.create_agent("bots-fine")  # agent-default: an attach it is allowed
+    secrets_seen.append(made["secret_key"])
+    for attempt in (lambda: p.create_agent("bots-evil", policies=["admin"]),
+                    lambda: p.create_agent("bots-sneaky", teams=["admins"]),
+                    lambda: p.attach_policy("admin", agent="provisioner"),
+                    lambda: p.attach_policy("admin", agent="bots-fine"),
+                    lambda: p.create_team("proj-x", policies=["admin"]),
+                    lambda: p.add_member("admins", "bots-fine")):
+        with pytest.raises(AdminError) as info:
+            attempt()
+        assert info.value.status == 403, info.value
+    names = {a["name"] for a in admin.list_agents()}
+    assert "bots-evil" not in names and "bots-sneaky" not in names
+    assert admin.get_agent("provisioner")["policies"] == ["bot-provisioner"]
+    assert admin.get_team("admins")["members"] == []
+
+
+def test_policies_are_checked_in_the_form_they_are_stored(gw, admin):
+    # 1e15 grows to 1000000000000000.0 when stored: the stored form must fit the limit too.
+    values = ["1e15"] * 1800
+    text = ('{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", '
+            '"Resource": "*", "Condition": {"NumericLessThan": {"s3:max-keys": [' + ",".join(values) + ']}}}]}')
+    assert len(text) < 20480
+    with pytest.raises(AdminError) as info:
+        admin.put_policy("grows", text.encode())
+    assert info.value.status == 400 and "20480" in info.value.message
+    for bad in (b'{"Version": "2012-10-17", "Id": "\\ud800", "Statement": [{"Effect": "Allow", '
+                b'"Action": "s3:GetObject", "Resource": "*"}]}',
+                b'{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "s3:ListBucket", '
+                b'"Resource": "*", "Condition": {"NumericLessThan": {"s3:max-keys": 123456789012345678901234567890}}}]}'):
+        with pytest.raises(AdminError) as info:
+            admin.put_policy("unstorable", bad)
+        assert info.value.status == 400
+    admin.create_team("still-works")  # later changes still succeed
+    assert admin.get_team("still-works")["name"] == "still-works"
+
+
+def test_forwarded_headers_are_not_believed_by_default(gw, admin, secrets_seen):
+    root_s3(gw).create_bucket(Bucket="lb-guarded")
+    admin.put_policy("via-tls-from-lan", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "s3:ListBucket", "Resource": "arn:aws:s3:::lb-guarded",
+         "Condition": {"IpAddress": {"aws:SourceIp": "10.0.0.0/8"}, "Bool": {"aws:SecureTransport": "true"}}}]})
+    agent = new_agent(admin, secrets_seen, "spoofer", policies=["via-tls-from-lan"])
+    s3 = agent_client(gw, agent)
+
+    def forge(request, **_):
+        request.headers["X-Forwarded-For"] = "10.1.2.3"
+        request.headers["X-Forwarded-Proto"] = "https"
+    s3.meta.events.register("before-sign.s3.ListObjectsV2", forge)
+    denied(lambda: s3.list_objects_v2(Bucket="lb-guarded"))
+    records = admin.audit(principal="spoofer")["records"]
+    assert records and all(r["remote_addr"] == "127.0.0.1" for r in records)
+
+
+def test_graced_rotations_respect_the_key_limit(gw, admin, secrets_seen):
+    new_agent(admin, secrets_seen, "many-keys")
+    for _ in range(9):
+        secrets_seen.append(admin.rotate_key("many-keys", grace_seconds=3600)["secret_key"])
+    with pytest.raises(AdminError) as info:
+        admin.rotate_key("many-keys", grace_seconds=3600)
+    assert info.value.status == 400 and "10 access keys" in info.value.message
+    assert len(admin.get_agent("many-keys")["keys"]) == 10
+
+
+def test_a_disabled_principal_is_named_in_the_audit(gw, admin, secrets_seen):
+    agent = new_agent(admin, secrets_seen, "named-when-disabled")
+    admin.disable_agent("named-when-disabled")
+    denied(lambda: agent_client(gw, agent).list_buckets())
+    records = admin.audit(principal="named-when-disabled", denied=True)["records"]
+    assert records and records[-1]["reason"] == "authentication: AccessDenied"
+
+
+def test_odd_audit_and_bearer_input_is_a_clear_error(gw, admin, secrets_seen):
+    for since in ("99999999999999999999", "9999999999999d", "yesterday"):
+        with pytest.raises(AdminError) as info:
+            admin._request("GET", "/admin/v1/audit", query={"since": since})
+        assert info.value.status == 400, since
+    agent = new_agent(admin, secrets_seen, "non-utf8")
+    import http.client
+    for path in ("/admin/v1/whoami", "/agent-non-utf8/x"):
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        conn.putrequest("GET", path)
+        conn.putheader("Authorization", b"Bearer " + agent["access_key"].encode() + b":\xff\xfe")
+        conn.endheaders()
+        response = conn.getresponse()
+        assert response.status == 403, (path, response.status)
+        conn.close()
+
+
+def test_virtual_host_keys_named_like_gateway_paths_are_objects(tmp_path):
+    gateway = Gateway(tmp_path / "data", extra_args=["--domain", "s3.local"]).start()
+    try:
+        s3 = root_s3(gateway)
+        s3.create_bucket(Bucket="vh-bucket")
+        bearer = {"Authorization": f"Bearer {gateway.access_key}:{gateway.secret_key}", "Host": "vh-bucket.s3.local"}
+        for key in ("metrics", "admin/v1/notes.txt"):
+            put = urllib.request.Request(f"{gateway.endpoint}/{key}", data=b"object " + key.encode(),
+                                         headers=bearer, method="PUT")
+            assert urllib.request.urlopen(put).status == 200
+            got = urllib.request.urlopen(urllib.request.Request(f"{gateway.endpoint}/{key}", headers=bearer))
+            assert got.read() == b"object " + key.encode()
+        assert s3.get_object(Bucket="vh-bucket", Key="metrics")["Body"].read() == b"object metrics"
+    finally:
+        gateway.stop()

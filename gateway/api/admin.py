@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..iam import actions, audit
 from ..iam.authz import Authorizer
-from ..iam.identities import IdentityStore
+from ..iam.identities import DEFAULT_POLICIES, IdentityStore
 from ..iam.model import iso
 from ..metrics import CONTENT_TYPE, Metrics
 from .rest import ApiError, Call, Reply, Router
@@ -75,7 +75,8 @@ def build_router(identities: IdentityStore, authorizer: Authorizer, audit_log: a
     p = PREFIX
     add("GET", f"{p}/whoami", "WhoAmI", None, lambda c: f"{ARN}agent/{c.principal.name}", api.whoami)
     add("GET", f"{p}/agents", "ListAgents", "admin:ListAgents", _fixed("agent/*"), api.list_agents)
-    add("POST", f"{p}/agents", "CreateAgent", "admin:CreateAgent", api.new_agent_arn, api.create_agent)
+    add("POST", f"{p}/agents", "CreateAgent", "admin:CreateAgent", api.new_agent_arn, api.create_agent,
+        also=_grants_in_body(DEFAULT_POLICIES))
     add("GET", f"{p}/agents/{{name}}", "GetAgent", "admin:GetAgent", _arn("agent"), api.get_agent)
     add("DELETE", f"{p}/agents/{{name}}", "DeleteAgent", "admin:DeleteAgent", _arn("agent"), api.delete_agent)
     add("POST", f"{p}/agents/{{name}}/disable", "DisableAgent", "admin:UpdateAgent", _arn("agent"),
@@ -87,13 +88,14 @@ def build_router(identities: IdentityStore, authorizer: Authorizer, audit_log: a
         api.rotate_key)
     add("DELETE", f"{p}/keys/{{key}}", "RevokeKey", "admin:RevokeKey", api.key_owner_arn, api.revoke_key)
     add("GET", f"{p}/teams", "ListTeams", "admin:ListTeams", _fixed("team/*"), api.list_teams)
-    add("POST", f"{p}/teams", "CreateTeam", "admin:CreateTeam", api.new_team_arn, api.create_team)
+    add("POST", f"{p}/teams", "CreateTeam", "admin:CreateTeam", api.new_team_arn, api.create_team,
+        also=_grants_in_body(()))
     add("GET", f"{p}/teams/{{name}}", "GetTeam", "admin:GetTeam", _arn("team"), api.get_team)
     add("DELETE", f"{p}/teams/{{name}}", "DeleteTeam", "admin:DeleteTeam", _arn("team"), api.delete_team)
     add("PUT", f"{p}/teams/{{name}}/members/{{agent}}", "AddTeamMember", "admin:UpdateTeam", _arn("team"),
-        api.add_member)
+        api.add_member, also=_member_agent)
     add("DELETE", f"{p}/teams/{{name}}/members/{{agent}}", "RemoveTeamMember", "admin:UpdateTeam",
-        _arn("team"), api.remove_member)
+        _arn("team"), api.remove_member, also=_member_agent)
     add("GET", f"{p}/policies", "ListPolicies", "admin:ListPolicies", _fixed("policy/*"), api.list_policies)
     add("POST", f"{p}/policies/simulate", "SimulatePolicy", "admin:SimulatePolicy",
         _fixed("policy/*"), api.simulate, durable=False)
@@ -102,9 +104,9 @@ def build_router(identities: IdentityStore, authorizer: Authorizer, audit_log: a
     add("DELETE", f"{p}/policies/{{name}}", "DeletePolicy", "admin:DeletePolicy", _arn("policy"),
         api.delete_policy)
     add("POST", f"{p}/policies/{{name}}/attach", "AttachPolicy", "admin:AttachPolicy", _arn("policy"),
-        api.attach_policy)
+        api.attach_policy, also=_attachment_target)
     add("POST", f"{p}/policies/{{name}}/detach", "DetachPolicy", "admin:DetachPolicy", _arn("policy"),
-        api.detach_policy)
+        api.detach_policy, also=_attachment_target)
     add("GET", f"{p}/audit", "ReadAudit", "admin:ReadAudit", _fixed("audit"), api.read_audit)
     return r
 
@@ -241,6 +243,8 @@ class AdminApi:
             limit = int(q.get("limit", "100"))
         except ValueError as exc:
             raise ApiError("InvalidArgument", str(exc)) from None
+        except (OverflowError, OSError):
+            raise ApiError("InvalidArgument", "since is out of range.") from None
         if not 1 <= limit <= 1000:
             raise ApiError("InvalidArgument", "limit must be between 1 and 1000.")
         denied = q.get("denied")
@@ -253,10 +257,50 @@ class AdminApi:
                                           after=q.get("after"), limit=limit)
         except ValueError as exc:
             raise ApiError("InvalidArgument", str(exc)) from None
+        except (OverflowError, OSError):
+            raise ApiError("InvalidArgument", "since is out of range.") from None
         return Reply(data={"records": records, "cursor": cursor})
 
     def metrics(self, call: Call) -> Reply:
         return Reply(raw=self._metrics.render(), content_type=CONTENT_TYPE)
+
+
+def _body_object(call: Call) -> dict:
+    try:
+        body = call.json()
+    except ApiError:
+        return {}
+    return body if isinstance(body, dict) else {}
+
+
+def _names(value: object) -> list[str]:
+    return [v for v in value if isinstance(v, str)] if isinstance(value, list) else []
+
+
+def _grants_in_body(default_policies: tuple[str, ...]) -> Callable[[Call], list[tuple[str, str]]]:
+    """Creating a principal or team with policies and teams is attaching those policies and
+    joining those teams: the caller needs those rights too, or a narrow grant escalates."""
+    def needs(call: Call) -> list[tuple[str, str]]:
+        body = _body_object(call)
+        given = body.get("policies")
+        policies = list(default_policies) if given is None else _names(given)
+        return ([("admin:AttachPolicy", f"{ARN}policy/{p}") for p in policies]
+                + [("admin:UpdateTeam", f"{ARN}team/{t}") for t in _names(body.get("teams"))])
+    return needs
+
+
+def _member_agent(call: Call) -> list[tuple[str, str]]:
+    """Changing a membership changes the agent's rights as much as the team's."""
+    return [("admin:UpdateAgent", f"{ARN}agent/{call.params['agent']}")]
+
+
+def _attachment_target(call: Call) -> list[tuple[str, str]]:
+    body = _body_object(call)
+    if isinstance(body.get("agent"), str):
+        return [("admin:UpdateAgent", f"{ARN}agent/{body['agent']}")]
+    if isinstance(body.get("team"), str):
+        return [("admin:UpdateTeam", f"{ARN}team/{body['team']}")]
+    return []
 
 
 def _body_name(call: Call) -> str:

@@ -86,6 +86,9 @@ class Reply:
 Handler = Callable[[Call], Reply]
 #: The ARN a route acts on, from its path parameters (and sometimes its body).
 ResourceOf = Callable[[Call], str]
+#: Further (action, resource) permissions a call needs, e.g. attaching the policies
+#: a new agent is created with: without them a narrow grant would escalate.
+AlsoNeeds = Callable[[Call], list[tuple[str, str]]]
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class Route:
     handler: Handler
     #: whose audit record must be durable before the response (changes)
     durable: bool = False
+    also: AlsoNeeds | None = None
 
 
 @dataclass
@@ -106,10 +110,10 @@ class Router:
     routes: list[Route] = field(default_factory=list)
 
     def add(self, method: str, path: str, operation: str, action: str | None, resource: ResourceOf,
-            handler: Handler, durable: bool | None = None) -> None:
+            handler: Handler, durable: bool | None = None, also: AlsoNeeds | None = None) -> None:
         regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$")
         self.routes.append(Route(method, regex, operation, action, resource, handler,
-                                 method != "GET" if durable is None else durable))
+                                 method != "GET" if durable is None else durable, also))
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
         allowed = []
@@ -161,6 +165,7 @@ class RestApp:
         try:
             reply = self._dispatch(scope, body, outcome)
         except Exception as exc:  # noqa: BLE001
+            outcome.principal = outcome.principal or getattr(exc, "principal", None)
             reply = self._error(exc, outcome)
         if outcome.durable:
             outcome.status = reply.status
@@ -189,6 +194,12 @@ class RestApp:
         if not outcome.decision.allowed:
             raise ApiError("AccessDenied", denial_message(auth.principal, route.action, outcome.resource,
                                                           outcome.decision), 403)
+        for action, resource in route.also(call) if route.also else ():
+            decision = self.authorizer.decide(auth.principal, action, resource, context)
+            if not decision.allowed:
+                outcome.decision, outcome.action, outcome.resource = decision, action, resource
+                raise ApiError("AccessDenied", denial_message(auth.principal, action, resource, decision),
+                               403)
         return route.handler(call)
 
     def _error(self, exc: Exception, outcome: Outcome) -> Reply:

@@ -74,7 +74,7 @@ class Authenticator:
         if not sep or not access_key or not secret:
             raise AuthError("InvalidRequest", "A bearer token has the form <access_key>:<secret_key>.", 400)
         principal, expected = self._lookup(access_key)
-        if not hmac.compare_digest(secret.encode(), expected.encode()):
+        if not hmac.compare_digest(secret.encode("utf-8", "surrogateescape"), expected.encode()):
             raise AuthError("SignatureDoesNotMatch", "The secret key in the bearer token is not "
                             "the one for this access key.")
         _check_enabled(principal)
@@ -84,5 +84,7 @@ class Authenticator:
 def _check_enabled(principal: Principal) -> None:
     """Checked after the signature, so only the key's holder learns the principal is disabled."""
     if principal.disabled:
-        raise AuthError("AccessDenied", f"The principal {principal.name} is disabled; an "
-                        "administrator can enable it again.")
+        error = AuthError("AccessDenied", f"The principal {principal.name} is disabled; an "
+                          "administrator can enable it again.")
+        error.principal = principal  # the audit record names who was refused
+        raise error

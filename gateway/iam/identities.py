@@ -24,6 +24,7 @@ from typing import TypeVar
 
 import orjson
 
+from ..logs import log
 from ..store.base import (
     BucketAlreadyExists,
     NoSuchKey,
@@ -110,12 +111,30 @@ class IdentityStore:
             reader.close()
         self._install(Identities.from_json(orjson.loads(data)), etag)
 
-    def _install(self, state: Identities, etag: str | None) -> None:
-        documents = {name: parse_policy(orjson.dumps(doc)) for name, doc in BUILTIN_POLICIES.items()}
-        documents.update({p.name: parse_policy(orjson.dumps(p.document)) for p in state.policies.values()})
+    def _install(self, state: Identities, etag: str | None,
+                 documents: dict[str, PolicyDocument] | None = None) -> None:
+        documents = documents if documents is not None else self._parse_all(state)
         self._keys = {k.access_key: (a, k) for a in state.agents.values() for k in a.keys}
         self._documents = documents
         self._state, self._etag = state, etag
+
+    def _parse_all(self, state: Identities) -> dict[str, PolicyDocument]:
+        """Every policy, parsed; unchanged ones are reused. A stored policy that no longer
+        parses (written by a newer gateway, or damaged) denies everything: failing closed
+        keeps one bad document from stopping the gateway or widening anyone's rights."""
+        documents = dict(_BUILTIN_DOCUMENTS)
+        for policy in state.policies.values():
+            previous = self._documents.get(policy.name)
+            if previous is not None and previous.source == policy.document:
+                documents[policy.name] = previous
+                continue
+            try:
+                documents[policy.name] = parse_policy(orjson.dumps(policy.document))
+            except (PolicyError, TypeError) as exc:
+                log.error("policy_unusable", policy=policy.name, error=str(exc)[:300],
+                          effect="denies everything until it is replaced")
+                documents[policy.name] = _DENY_ALL
+        return documents
 
     @property
     def generation(self) -> int:
@@ -259,6 +278,9 @@ class IdentityStore:
             now = self._clock()
             self._prune(agent)
             old = self._key_to_rotate(agent, access_key, now)
+            if grace_seconds and len(agent.keys) >= 10:
+                raise IdentityError(f"{name} already has 10 access keys; revoke one before rotating "
+                                    "with a grace period.")
             new = new_key_pair(now)
             if grace_seconds:
                 old.expires_at = now + grace_seconds
@@ -319,10 +341,7 @@ class IdentityStore:
         if name in BUILTIN_POLICIES:
             raise IdentityError(f"{name!r} is a built-in policy and cannot be replaced; put your "
                                 "policy under another name.")
-        try:
-            document = parse_policy(text)
-        except PolicyError as exc:
-            raise MalformedPolicy(str(exc)) from None
+        document = _parse_for_storage(text)
 
         def change(state: Identities) -> dict:
             now = self._clock()
@@ -371,6 +390,7 @@ class IdentityStore:
                 state = copy.deepcopy(self._state)
                 result = change(state)
                 state.generation += 1
+                documents = self._parse_all(state)  # before writing: nothing unusable is published
                 body = orjson.dumps(state.to_json(), option=orjson.OPT_INDENT_2)
                 condition = (WriteCondition(if_match=self._etag) if self._etag
                              else WriteCondition(if_none_match=True))
@@ -381,7 +401,7 @@ class IdentityStore:
                 except (PreconditionFailed, NoSuchKey):
                     self._load()  # another gateway changed it first: redo on its version
                     continue
-                self._install(state, info.etag)
+                self._install(state, info.etag, documents)
                 return result
         raise IdentityError("The identities document kept changing under this request; retry.")
 
@@ -429,6 +449,25 @@ class IdentityStore:
 class MalformedPolicy(IdentityError):
     code = "MalformedPolicyDocument"
     status = 400
+
+
+def _parse_for_storage(text: bytes) -> PolicyDocument:
+    """Parse a policy as given and again in the form it is stored in, so what is kept is
+    exactly what was checked (re-serialising can grow numbers past the size limit)."""
+    try:
+        document = parse_policy(text)
+        stored = orjson.dumps(document.source)
+        return parse_policy(stored)
+    except PolicyError as exc:
+        raise MalformedPolicy(str(exc)) from None
+    except TypeError:
+        raise MalformedPolicy("The policy holds a value that cannot be stored: integers must fit "
+                              "in 64 bits and text must be valid Unicode.") from None
+
+
+_BUILTIN_DOCUMENTS = {name: parse_policy(orjson.dumps(doc)) for name, doc in BUILTIN_POLICIES.items()}
+_DENY_ALL = parse_policy(orjson.dumps({"Version": "2012-10-17", "Statement": [
+    {"Sid": "UnusablePolicyDeniesEverything", "Effect": "Deny", "Action": "*", "Resource": "*"}]}))
 
 
 def _unique(items: list[str]) -> list[str]:

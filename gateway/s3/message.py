@@ -31,7 +31,7 @@ class Request:
     #: what the audit record and metrics will say about this request
     outcome: Any = None
 
-    def permits(self, action: str, resource: str) -> bool:
+    def permits(self, action: str, resource: str, counted: bool = True) -> bool:
         """Whether the caller may ``action`` on ``resource``; replaced once authenticated."""
         return False
 

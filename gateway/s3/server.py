@@ -125,13 +125,13 @@ class S3App:
         req = Request(scope["method"], raw_path, raw_query, query, pairs, headers,
                       scope.get("client", ("", 0))[0], request_id, scheme=scope.get("scheme", "http"))
         try:
-            req.bucket, req.key = split_path(raw_path, self._host_bucket(headers.get("host", "")))
+            req.bucket, req.key = split_path(raw_path, self.host_bucket(headers.get("host", "")))
         except UnicodeDecodeError:
             raise S3Error("InvalidURI", "Couldn't parse the specified URI: it is not valid UTF-8.",
                           400) from None
         return req
 
-    def _host_bucket(self, host: str) -> str | None:
+    def host_bucket(self, host: str) -> str | None:
         if not self.domain:
             return None
         hostname = host.rsplit(":", 1)[0].lower() if not host.endswith("]") else host
@@ -170,6 +170,7 @@ class S3App:
                     response.stream.close()
                 response.stream = None
         except Exception as exc:  # noqa: BLE001
+            req.outcome.principal = req.outcome.principal or getattr(exc, "principal", None)
             response = self._error_response(exc, req, req.request_id, None)
         if op_name in DURABLE_OPERATIONS:
             outcome = req.outcome
@@ -184,7 +185,8 @@ class S3App:
         outcome.principal, outcome.operation, outcome.action = principal, op_name, action
         outcome.resource = access.request_arn(req)
         context = access.context(req, op_name)
-        req.permits = lambda act, resource: self._permits(outcome, principal, act, resource, context)
+        req.permits = lambda act, resource, counted=True: self._permits(outcome, principal, act, resource,
+                                                                        context, counted)
         source = None
         if op_name in COPY_OPERATIONS:
             source = parse_copy_source(req.header("x-amz-copy-source", ""))
@@ -201,10 +203,11 @@ class S3App:
                 raise S3Error("AccessDenied", denial_message(principal, check.action, check.resource,
                                                              decision))
 
-    def _permits(self, outcome: Outcome, principal, action: str, resource: str, context: dict) -> bool:
+    def _permits(self, outcome: Outcome, principal, action: str, resource: str, context: dict,
+                 counted: bool = True) -> bool:
         """One item of a per-item operation; refusals are counted for the audit record."""
         allowed = self.authorizer.allows(principal, action, resource, context)
-        if not allowed:
+        if not allowed and counted:
             outcome.items_denied += 1
         return allowed
 

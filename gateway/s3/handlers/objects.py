@@ -182,7 +182,8 @@ def _delete_one(ctx: S3Context, req: Request, key: str, quiet: bool) -> str:
     try:
         check_key(key)
         if not req.permits("s3:DeleteObject", arn(req.bucket, key)):
-            raise S3Error("AccessDenied", "Access Denied: s3:DeleteObject is not allowed on this key.")
+            raise S3Error("AccessDenied", f"User: {req.writer} is not authorized to perform: "
+                          f"s3:DeleteObject on resource: {arn(req.bucket, key)}")
         ctx.store.delete_object(req.bucket, key)
     except Exception as exc:  # noqa: BLE001 - reported per key, as AWS does
         err = from_exception(exc)
