@@ -49,11 +49,17 @@ class Metrics:
         self._denied = Counter("orgmem_denied_requests", "Requests refused by a policy decision.",
                                ["operation"], registry=self.registry)
         self.registry.register(_OpenUploads(open_uploads))
+        #: labelled children by label values: ``labels()`` costs more than the increment
+        self._children: dict[tuple[str, int], tuple] = {}
 
     def observe(self, operation: str, status: int, seconds: float, bytes_in: int, bytes_out: int,
                 denied: bool = False) -> None:
-        self._requests.labels(operation, str(status)).inc()
-        self._latency.labels(operation).observe(seconds)
+        children = self._children.get((operation, status))
+        if children is None:
+            children = (self._requests.labels(operation, str(status)), self._latency.labels(operation))
+            self._children[(operation, status)] = children
+        children[0].inc()
+        children[1].observe(seconds)
         if bytes_in:
             self._bytes_in.inc(bytes_in)
         if bytes_out:
