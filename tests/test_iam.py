@@ -537,8 +537,9 @@ def test_no_secret_appears_in_audit_files_or_logs(gw, admin, secrets_seen):
     assert "Signature=" not in "".join(texts)
 
 
-def test_metrics_parse_as_prometheus_text(gw, admin):
+def test_metrics_parse_as_prometheus_text(gw, admin, secrets_seen):
     root_s3(gw).create_bucket(Bucket="metered")
+    denied(lambda: agent_client(gw, new_agent(admin, secrets_seen, "unmetered")).list_objects_v2(Bucket="metered"))
     s3 = root_s3(gw)
     s3.put_object(Bucket="metered", Key="k", Body=b"x" * 1000)
     s3.get_object(Bucket="metered", Key="k")["Body"].read()
