@@ -21,8 +21,10 @@ from .iam.principals import RootCredentials
 from .logs import log
 from .metrics import Metrics
 from .recorder import Recorder
+from .rotation import KeyRotation
 from .s3.context import S3Context
 from .s3.server import S3App
+from .sealing import seal
 from .store.base import ObjectStore, StoreError
 from .store.local import LocalStore
 
@@ -128,6 +130,12 @@ class Gateway:
 
 
 def open_store(config: Config) -> ObjectStore:
+    if config.backend != "local":
+        from .store.s3 import from_config
+
+        upstream = from_config(config, spool_dir=Path(config.data) / "spool")
+        upstream.check()  # refuse to start rather than serve 503s from the first request
+        return upstream
     store = LocalStore(Path(config.data) / "store")
     recovery = store.recovery
     if recovery["missing_data_files"]:
@@ -140,7 +148,7 @@ def open_store(config: Config) -> ObjectStore:
 
 
 def build(config: Config, access_key: str, secret_key: str) -> Gateway:
-    store = open_store(config)
+    store = seal(open_store(config), config)
     executor = ThreadPoolExecutor(max_workers=config.threads, thread_name_prefix="orgmem")
     identities = IdentityStore(store, RootCredentials(access_key, secret_key))
     authenticator = Authenticator(identities)
@@ -150,8 +158,8 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     recorder = Recorder(audit, metrics)
     ctx = S3Context(store=store, region=config.region)
     s3 = S3App(ctx, authenticator, executor, authorizer, recorder, domain=config.domain,
-               body_timeout=config.body_timeout)
-    router = build_router(identities, authorizer, audit, metrics)
+               body_timeout=config.body_timeout, inline_io=config.backend == "local")
+    router = build_router(identities, authorizer, audit, metrics, KeyRotation(store))
     rest = RestApp(router, authenticator, authorizer, recorder, executor)
     return Gateway(config, store, s3, rest, identities, audit, executor)
 

@@ -11,6 +11,7 @@ import click
 from . import logs
 from .admin_cli import admin
 from .config import Config
+from .vault_cli import vault
 
 
 @click.group()
@@ -32,9 +33,15 @@ def main() -> None:
 @click.option("--upload-expiry", type=int, help="Abort multipart uploads older than this many seconds.")
 @click.option("--body-timeout", type=int,
               help="Seconds an upload may send nothing before it is abandoned (default 60).")
+@click.option("--kek", help="Key-encryption key: file:PATH, env:VAR, passphrase or aws-kms:KEY_ID "
+              "(default: a keyring beside the data directory, created on first start).")
 @click.option("--trusted-proxies",
               help="Comma-separated load balancer addresses whose X-Forwarded-For is believed.")
 @click.option("--log-level", type=click.Choice(list(logs.LEVELS)), help="Log level (default info).")
+@click.option("--backend", help="Where objects live: 'local' (default, under --data) or "
+              "s3://BUCKET[/PREFIX] on an S3 service.")
+@click.option("--backend-endpoint", help="URL of the S3 service of an s3:// backend (default AWS S3).")
+@click.option("--backend-region", help="Region of the s3:// backend's bucket.")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""
     from . import httpserver
@@ -55,14 +62,26 @@ def serve(config_file: str | None, **flags) -> None:
         click.echo(f"Root credentials were generated and saved to {config.data}/.orgmem/:\n"
                    f"  access key: {access}\n  secret key: {secret}\n"
                    "They will not be shown again.", err=True)
-    app = build(config, access, secret)
+    from .sealing import SealingError
+    from .store.base import StoreError
+
+    try:
+        app = build(config, access, secret)
+    except StoreError as exc:
+        # The upstream is unreachable, refuses the credentials, or has no such bucket.
+        raise click.ClickException(f"cannot open the store ({config.backend}): {exc.message}") from None
+    except SealingError as exc:
+        # A wrong or missing KEK: never fall back to plaintext.
+        raise click.ClickException(f"cannot open the sealed data: {exc}") from None
     logs.log.info("starting", host=config.host, port=config.port, scheme=config.scheme,
-                  data=str(Path(config.data).resolve()), domain=config.domain)
+                  data=str(Path(config.data).resolve()), domain=config.domain,
+                  backend=config.backend, backend_endpoint=config.backend_endpoint)
     httpserver.run(app, config)
     sys.exit(0)
 
 
 main.add_command(admin)
+main.add_command(vault)
 
 if __name__ == "__main__":
     main()

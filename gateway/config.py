@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
+
+_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
 
 
 @dataclass
@@ -29,6 +32,14 @@ class Config:
     #: comma-separated addresses of load balancers whose X-Forwarded-For/-Proto are
     #: believed (for aws:SourceIp, aws:SecureTransport and the audit's remote address)
     trusted_proxies: str = ""
+    #: where the key-encryption key comes from: file:PATH, env:VAR, passphrase, aws-kms:KEY_ID;
+    #: empty means a keyring file created beside the data directory on first start
+    kek: str = ""
+    #: where objects live: "local" (the embedded store under ``data``) or s3://BUCKET[/PREFIX]
+    backend: str = "local"
+    #: the S3 service of an s3:// backend (default: AWS S3); credentials come from AWS_* / profile
+    backend_endpoint: str | None = None
+    backend_region: str | None = None
     root_access_key: str | None = None
     root_secret_key: str | None = None
 
@@ -64,6 +75,21 @@ class Config:
             raise ValueError(f"port {self.port} is not between 1 and 65535")
         if bool(self.root_access_key) != bool(self.root_secret_key):
             raise ValueError("ORGMEM_ROOT_ACCESS_KEY and ORGMEM_ROOT_SECRET_KEY must be set together")
+        self._validate_backend()
+
+    def _validate_backend(self) -> None:
+        if self.backend in ("", "local"):
+            self.backend = "local"
+            if self.backend_endpoint or self.backend_region:
+                raise ValueError("--backend-endpoint and --backend-region need --backend s3://BUCKET")
+            return
+        from .store.s3 import check_endpoint, parse_location
+
+        parse_location(self.backend)
+        if self.backend_endpoint:
+            check_endpoint(self.backend_endpoint)
+        if self.backend_region is not None and not _REGION.match(self.backend_region):
+            raise ValueError(f"--backend-region must look like us-east-1, not {self.backend_region!r}")
 
     @property
     def scheme(self) -> str:

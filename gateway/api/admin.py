@@ -17,6 +17,8 @@ from ..iam.authz import Authorizer
 from ..iam.identities import DEFAULT_POLICIES, IdentityStore
 from ..iam.model import iso
 from ..metrics import CONTENT_TYPE, Metrics
+from ..rotation import KeyRotation
+from . import kek
 from .rest import ApiError, Call, Reply, Router
 
 PREFIX = "/admin/v1"
@@ -66,10 +68,12 @@ def _fixed(path: str) -> Callable[[Call], str]:
 
 
 def build_router(identities: IdentityStore, authorizer: Authorizer, audit_log: audit.AuditLog,
-                 metrics: Metrics) -> Router:
+                 metrics: Metrics, rotation: KeyRotation | None = None) -> Router:
     """Every admin route, with the action it needs and the resource it acts on."""
     api = AdminApi(identities, authorizer, audit_log, metrics)
     r = Router()
+    if rotation is not None:
+        kek.add_routes(r, PREFIX, rotation)
     add = r.add
     add("GET", "/metrics", "GetMetrics", "admin:GetMetrics", _fixed("metrics"), api.metrics)
     p = PREFIX

@@ -80,12 +80,19 @@ UNSUPPORTED_HEADERS = {
     "x-amz-object-lock-mode": "Object Lock",
     "x-amz-object-lock-retain-until-date": "Object Lock",
     "x-amz-object-lock-legal-hold": "Object Lock",
-    "x-amz-server-side-encryption": "Per-request server-side encryption (the gateway seals "
-                                    "everything at rest under its own keys)",
+    "x-amz-server-side-encryption-aws-kms-key-id": "Choosing a KMS key per request (the gateway seals "
+                                                   "everything under the organization's KEK)",
     "x-amz-server-side-encryption-customer-algorithm": "SSE-C (customer-provided keys)",
     "x-amz-copy-source-server-side-encryption-customer-algorithm": "SSE-C (customer-provided keys)",
     "x-amz-website-redirect-location": "Website redirects",
 }
+
+
+#: Server-side encryption a client may ask for: everything is sealed anyway, so both succeed.
+SSE_VALUES = ("AES256", "aws:kms")
+#: Responses that describe a stored object carry x-amz-server-side-encryption, as AWS's do.
+SEALED_OPERATIONS = frozenset({"PutObject", "CopyObject", "GetObject", "HeadObject", "UploadPart",
+                               "UploadPartCopy", "CreateMultipartUpload", "CompleteMultipartUpload"})
 
 
 def route(req: Request) -> Operation:
@@ -93,6 +100,10 @@ def route(req: Request) -> Operation:
     for header, feature in UNSUPPORTED_HEADERS.items():
         if header in req.headers:
             raise not_implemented(f"{feature} ({header})")
+    sse = req.headers.get("x-amz-server-side-encryption")
+    if sse is not None and sse not in SSE_VALUES:
+        raise S3Error("InvalidArgument", f"x-amz-server-side-encryption must be AES256 or aws:kms, "
+                      f"not {sse!r}; every object is sealed at rest either way.")
     if req.bucket is None:
         if req.method == "GET":
             return LIST_BUCKETS

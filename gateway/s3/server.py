@@ -27,7 +27,7 @@ from .errors import S3Error, from_exception
 from .handlers.objects import parse_copy_source
 from .message import Request, Response, split_path
 from .names import check_bucket_name
-from .router import SUBRESOURCES, route
+from .router import SEALED_OPERATIONS, SUBRESOURCES, route
 from .sigv4 import parse_query
 from .xml import error_document
 
@@ -48,8 +48,11 @@ COPY_OPERATIONS = frozenset({"CopyObject", "UploadPartCopy"})
 class S3App:
     def __init__(self, ctx: S3Context, authenticator: Authenticator, executor: ThreadPoolExecutor,
                  authorizer: Authorizer, recorder: Recorder, domain: str | None = None,
-                 body_timeout: float = 60.0) -> None:
+                 body_timeout: float = 60.0, inline_io: bool = True) -> None:
         self.body_timeout = body_timeout
+        #: store calls are cheap enough for the event loop (False for a network store:
+        #: every request then goes to a worker, so a slow upstream never stalls the loop)
+        self.inline_io = inline_io
         #: requests in flight (being received, handled or sent) right now
         self._active = 0
         self.ctx = ctx
@@ -78,14 +81,14 @@ class S3App:
             req = self._request(scope, request_id)
             outcome.headers, req.outcome = req.headers, outcome
             outcome.bytes_in = _declared_length(req.headers)
-            if req.method in INLINE_METHODS:
+            if req.method in INLINE_METHODS and self.inline_io:
                 # Reads of metadata and small objects cost less than a hop to a thread
                 # (and the GIL hand-off that comes with it); large bodies still stream
                 # from worker threads in _stream.
                 response, op_name = self._handle(req)
             else:
                 req.body = await self._body(req, receive, loop)
-                if self._active == 1 and _cheap_write(req):
+                if self._active == 1 and self.inline_io and _cheap_write(req):
                     # A small PUT is one short transaction: a hop to a worker thread costs
                     # more CPU than the work. Only when it is the sole request in flight,
                     # so no other request ever waits behind its fsync.
@@ -163,6 +166,11 @@ class S3App:
             op_name = op.name
             self._authorize(req, op.name, op.action)
             response = op.handler(self.ctx, req)
+            if op_name in SEALED_OPERATIONS and response.status < 300:
+                # Sealed at rest under the organization's KEK; aws:kms also tells clients
+                # (rclone, the aws cli) the ETag is opaque, not the MD5 of the data.
+                response.headers.append(("x-amz-server-side-encryption",
+                                         req.headers.get("x-amz-server-side-encryption", "aws:kms")))
             if response.stream is not None and (response.length or 0) <= SMALL_RESPONSE:
                 try:
                     response.body = _read_all(response.stream)

@@ -92,6 +92,12 @@ class EntityTooSmall(StoreError):
     code = "EntityTooSmall"
 
 
+class IncompleteBody(StoreError):
+    """The body did not match its declared length; nothing was written."""
+
+    code = "IncompleteBody"
+
+
 class StoreUnavailable(StoreError):
     """The storage backend is not reachable; retry later."""
 
@@ -127,6 +133,10 @@ class ObjectMeta:
     #: algorithm name (``CRC32`` ...) -> base64 value, as verified on upload
     checksums: dict[str, str] = field(default_factory=dict)
     checksum_type: str | None = None  # FULL_OBJECT or COMPOSITE
+    #: the sealed store's bookkeeping, never shown to clients: the wrapped data key, and
+    #: the client's metadata sealed under the object's data key
+    sealed: str | None = None
+    sealed_meta: str | None = None
 
     def to_dict(self) -> dict:
         return {k: v for k, v in self.__dict__.items() if v not in (None, {}, "")}
@@ -257,6 +267,7 @@ class ObjectStore(Protocol):
         part_number: int,
         body: Readable,
         finalize: Finalizer | None = None,
+        size: int | None = None,  # the declared length, when known (the sealed store needs it)
     ) -> PartInfo: ...
     def complete_multipart(
         self,

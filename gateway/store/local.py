@@ -599,7 +599,8 @@ class LocalStore:
         return UploadInfo(bucket, key, upload_id, row[0], ObjectMeta.from_dict(orjson.loads(row[1])))
 
     def upload_part(self, bucket: str, key: str, upload_id: str, part_number: int,
-                    body: Readable, finalize: Finalizer | None = None) -> PartInfo:
+                    body: Readable, finalize: Finalizer | None = None,
+                    size: int | None = None) -> PartInfo:
         self.get_upload(bucket, key, upload_id)
         checksums: dict[str, str] = {}
         staged = self._stage(body, _collecting(finalize, None, checksums))

@@ -77,7 +77,8 @@ def upload_part(ctx: S3Context, req: Request) -> Response:
     # so the completed object always gets its composite checksum.
     req.extra_checksums = tuple(upload.meta.checksums)
     body, finalize = upload_stream(req)
-    part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, body, finalize)
+    part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, body, finalize,
+                                 size=size)
     headers = [("etag", f'"{part.etag}"')]
     headers += checksum_headers(part.checksums)
     return Response(200, headers)
@@ -87,9 +88,10 @@ def upload_part_copy(ctx: S3Context, req: Request) -> Response:
     number = _part_number(req)
     src_bucket, src_key = parse_copy_source(req.header("x-amz-copy-source", ""))
     ctx.store.get_upload(req.bucket, req.key, req.query["uploadId"])
-    reader = _open_source_range(ctx, req, src_bucket, src_key)
+    reader, size = _open_source_range(ctx, req, src_bucket, src_key)
     try:
-        part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, reader)
+        part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, reader,
+                                     size=size)
     finally:
         reader.close()
     return Response.xml(document("CopyPartResult", [
@@ -107,7 +109,7 @@ def _open_source_range(ctx: S3Context, req: Request, bucket: str, key: str):
             raise S3Error("EntityTooLarge", "A part may be at most 5 GiB.")
         reader = ctx.store.open_object(bucket, key, start, end)
         if reader.info.etag == source.etag:
-            return reader
+            return reader, end - start
         reader.close()
     raise S3Error("SlowDown", "The copy source is being replaced too often to copy; retry.", 503)
 

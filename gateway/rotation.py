@@ -1,0 +1,168 @@
+"""KEK rotation: status per version, new versions, retirement, and rewrapping.
+
+Runs inside the gateway (the embedded store is locked to it), driven by the
+admin API and the ``orgmem vault`` CLI. Rewrapping goes in batches from a
+checkpoint kept in the internal bucket, so it survives an interrupted CLI or
+a restarted gateway (``--resume``) and runs while traffic is served: each
+object is rewrapped with a compare-and-swap on its ETag, so a concurrent
+overwrite wins (it is sealed under the primary version already).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from io import BytesIO
+
+import orjson
+
+from .store.base import NoSuchKey, ObjectMeta, ObjectStore, StoreError
+from .store.sealed import SealedStore
+
+INTERNAL_BUCKET = ".orgmem"
+CHECKPOINT = "vault/rewrap.json"
+#: Bookkeeping that is deliberately not sealed (see sealing.py).
+_UNSEALED_PREFIX = "vault/"
+
+
+class RotationError(Exception):
+    code = "InvalidRequest"
+    status = 400
+
+    def __init__(self, message: str, code: str | None = None, status: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code or self.code
+        self.status = status or self.status
+
+
+@dataclass
+class RewrapBatch:
+    scanned: int
+    rewrapped: int
+    done: bool
+    #: where the next batch starts: (bucket, key) of the last object looked at
+    position: tuple[str, str] | None
+
+
+class KeyRotation:
+    def __init__(self, sealed: SealedStore) -> None:
+        self.sealed = sealed
+        self._lock = threading.Lock()  # one rewrap batch at a time
+
+    @property
+    def keys(self):
+        return self.sealed.keys
+
+    def status(self) -> dict:
+        """Objects per (KEK id, version): what rewrap has left, what retire would strand."""
+        counts: Counter[str] = Counter()
+        for bucket, key in self._objects():
+            found = self._version(bucket, key)
+            counts["unsealed" if found is None else
+                   (str(found[1]) if found[0] == self.keys.kek_id else f"{found[0]}#{found[1]}")] += 1
+        retired = getattr(self.keys, "retired_versions", lambda: [])()
+        return {"kek_id": self.keys.kek_id, "primary": self.keys.primary_version(),
+                "versions": self.keys.versions(), "retired": retired,
+                "objects_by_version": dict(sorted(counts.items())),
+                "total": sum(counts.values())}
+
+    def rotate(self) -> int:
+        rotate = getattr(self.keys, "rotate", None)
+        if rotate is None:
+            raise RotationError(
+                f"the {self.keys.kek_id} KEK is not rotated by the gateway: for aws-kms restart "
+                "with the new key first (--kek aws-kms:NEW,OLD); for env: and passphrase keys, "
+                "move to a file: keyring to rotate", code="NotRotatable")
+        return rotate()
+
+    def retire(self, version: int) -> dict:
+        retire = getattr(self.keys, "retire", None)
+        if retire is None:
+            raise RotationError(f"the {self.keys.kek_id} KEK has no versions to retire",
+                                code="NotRotatable")
+        if version not in self.keys.versions():
+            raise RotationError(f"there is no KEK version {version}", code="NoSuchEntity", status=404)
+        if version == self.keys.primary_version():
+            raise RotationError(f"version {version} is the primary: rotate first, then rewrap")
+        in_use = self.status()["objects_by_version"].get(str(version), 0)
+        if in_use:
+            raise RotationError(f"{in_use} objects are still sealed under version {version}: run "
+                                "`orgmem vault rewrap` first", code="DeleteConflict", status=409)
+        retire(version)
+        return {"retired": version, "primary": self.keys.primary_version()}
+
+    def rewrap(self, resume: bool, limit: int) -> RewrapBatch:
+        """Rewrap up to ``limit`` objects after the checkpoint (or from the start)."""
+        with self._lock:
+            position = self._checkpoint() if resume else None
+            scanned = rewrapped = 0
+            last = position
+            for bucket, key in self._objects(after=position):
+                if scanned >= limit:
+                    self._save_checkpoint(last)
+                    return RewrapBatch(scanned, rewrapped, False, last)
+                scanned += 1
+                last = (bucket, key)
+                try:
+                    rewrapped += self.sealed.rewrap(bucket, key)
+                except NoSuchKey:
+                    pass  # deleted meanwhile
+            self._clear_checkpoint()
+            return RewrapBatch(scanned, rewrapped, True, None)
+
+    # -- walking the store ---------------------------------------------------------
+
+    def _objects(self, after: tuple[str, str] | None = None) -> Iterator[tuple[str, str]]:
+        """Every sealed object of every bucket, internal ones included, in (bucket, key) order."""
+        inner: ObjectStore = self.sealed.inner
+        for bucket in sorted(b.name for b in inner.list_buckets()):
+            if after is not None and bucket < after[0]:
+                continue
+            marker = after[1] if after is not None and bucket == after[0] else ""
+            while True:
+                page = inner.list_objects(bucket, after=marker, limit=1000)
+                for entry in page.entries:
+                    if bucket == INTERNAL_BUCKET and entry.key.startswith(_UNSEALED_PREFIX):
+                        continue
+                    yield bucket, entry.key
+                if not page.is_truncated or not page.next_marker:
+                    break
+                marker = page.next_marker
+
+    def _version(self, bucket: str, key: str) -> tuple[str, int] | None:
+        try:
+            return self.sealed.key_version(bucket, key)
+        except NoSuchKey:
+            return None
+        except (StoreError, ValueError):
+            return ("damaged", 0)
+
+    # -- checkpoint ------------------------------------------------------------------
+
+    def _checkpoint(self) -> tuple[str, str] | None:
+        try:
+            reader = self.sealed.inner.open_object(INTERNAL_BUCKET, CHECKPOINT)
+        except NoSuchKey:
+            return None
+        try:
+            record = orjson.loads(reader.read())
+        finally:
+            reader.close()
+        return record["bucket"], record["key"]
+
+    def _save_checkpoint(self, position: tuple[str, str] | None) -> None:
+        if position is None:
+            return
+        record = {"bucket": position[0], "key": position[1], "at": time.time()}
+        self.sealed.inner.put_object(INTERNAL_BUCKET, CHECKPOINT, BytesIO(orjson.dumps(record)),
+                                     ObjectMeta(content_type="application/json"))
+
+    def _clear_checkpoint(self) -> None:
+        try:
+            self.sealed.inner.delete_object(INTERNAL_BUCKET, CHECKPOINT)
+        except NoSuchKey:
+            pass

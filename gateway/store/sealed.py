@@ -1,0 +1,401 @@
+"""The sealed store: a decorator that encrypts everything a backend holds.
+
+Wraps any ObjectStore (embedded or upstream S3). Callers see plaintext,
+plaintext sizes and their own metadata; the backend holds only sealed bytes
+(``vault/FORMAT.md``) and sealed metadata. Each object has its own data key,
+wrapped by the customer's key-encryption key with the object's identity as
+associated data (bucket, key, and for a multipart object its part count), so:
+
+- listings compute plaintext sizes from sealed sizes (and the part count of a
+  multipart ETag) without reading anything;
+- a copy rewraps the data key for the new name and copies the sealed bytes as
+  they are; rotation rewraps keys without touching data;
+- a ciphertext moved to another name, cut to fewer parts, or tampered with,
+  fails to open and is answered as an error, never as wrong data.
+
+What the backend keeps readable: object names, sizes, timestamps, the ETag
+of the sealed bytes, and the gateway's bookkeeping (``ObjectMeta.sealed``: the
+wrapped key; ``ObjectMeta.sealed_meta``: the client's metadata, sealed).
+
+The ETag clients see is the backend's ETag of the sealed bytes: opaque, as
+AWS's ETags of SSE-KMS objects are, and identical in LIST, HEAD, GET and
+conditional requests.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import replace
+
+import orjson
+
+from vault import stream
+from vault.errors import KeyUnavailable, VaultError
+from vault.keys import KeyProvider, WrappedKey
+
+from .base import (
+    BucketInfo,
+    Finalizer,
+    IncompleteBody,
+    ListPage,
+    MetaUpdate,
+    ObjectInfo,
+    ObjectMeta,
+    ObjectStore,
+    PartInfo,
+    PreconditionFailed,
+    Readable,
+    StoreError,
+    StoreUnavailable,
+    UploadInfo,
+    WriteCondition,
+)
+
+#: How many multipart layouts (part sizes) are remembered, keyed by ETag.
+LAYOUT_CACHE = 1024
+#: What the backend is told a sealed object's type is.
+SEALED_TYPE = "application/vnd.orgmem.sealed"
+
+
+class SealError(StoreError):
+    """A stored object failed its integrity check: damaged or tampered with on the backend,
+    or sealed under a key this gateway does not hold. No data was returned."""
+
+    code = "InternalError"
+
+
+def identity(bucket: str, key: str, parts: int = 0, upload: bool = False) -> bytes:
+    """What a data key is bound to. A sealed object moved to another name, or a multipart
+    object rebuilt from fewer parts, fails to open."""
+    name = b"orgmem-object\x00" + bucket.encode() + b"\x00" + key.encode("utf-8", "surrogateescape")
+    if upload:
+        return name + b"\x00upload"
+    return name + (b"\x00parts=%d" % parts if parts else b"")
+
+
+def parts_in(etag: str) -> int:
+    """The part count of a multipart ETag (``<md5>-N``), 0 for a single object."""
+    _, dash, count = etag.rpartition("-")
+    return int(count) if dash and count.isdigit() else 0
+
+
+def plain_size(sealed_size: int, etag: str) -> int:
+    parts = parts_in(etag)
+    try:
+        if parts:
+            return stream.multipart_plain_size(sealed_size, parts)
+        return stream.plain_size(sealed_size)
+    except ValueError:
+        return 0  # not a size any sealed object has: opening it reports the damage
+
+
+class SealedReader:
+    """An open sealed object: plaintext info and the decrypted range. An integrity failure
+    while streaming becomes the store's error; no unauthenticated byte is ever returned."""
+
+    def __init__(self, info: ObjectInfo, opening: stream.OpeningReader, unused: list) -> None:
+        self.info = info
+        self._opening = opening
+        self._unused = unused  # a backend reader opened ahead and not (yet) handed over
+
+    def read(self, n: int = -1) -> bytes:
+        try:
+            return self._opening.read1(n) if n > 0 else self._opening.read(n)
+        except VaultError as exc:
+            raise _store_error(exc, self.info.bucket, self.info.key) from None
+
+    def close(self) -> None:
+        self._opening.close()
+        while self._unused:
+            self._unused.pop().close()
+
+
+class SealedStore:
+    def __init__(self, inner: ObjectStore, keys: KeyProvider) -> None:
+        self.inner = inner
+        self.keys = keys
+        self._layouts: OrderedDict[tuple[str, str, str], list[int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    # -- keys and metadata -----------------------------------------------------------
+
+    def _seal(self, dek: bytes, meta: ObjectMeta, ident: bytes) -> ObjectMeta:
+        """The backend's metadata: the wrapped key, and the client's metadata sealed."""
+        client = orjson.dumps(replace(meta, sealed=None, sealed_meta=None).to_dict())
+        return ObjectMeta(content_type=SEALED_TYPE, sealed=self.keys.wrap(dek, ident).encode(),
+                          sealed_meta=stream.seal_metadata(dek, client, ident))
+
+    def _open(self, stored: ObjectMeta, ident: bytes, bucket: str, key: str) -> tuple[bytes, ObjectMeta]:
+        """The data key and the client's metadata of a stored object."""
+        if not stored.sealed or not stored.sealed_meta:
+            raise SealError(f"{bucket}/{key} is stored without a data key: it was not written "
+                            "through this gateway's sealed store.")
+        try:
+            dek = self.keys.unwrap(WrappedKey.decode(stored.sealed), ident)
+            client = stream.open_metadata(dek, stored.sealed_meta, ident)
+            return dek, ObjectMeta.from_dict(orjson.loads(client))
+        except (VaultError, ValueError) as exc:
+            raise _store_error(exc, bucket, key) from None
+
+    def _object(self, sealed: ObjectInfo) -> tuple[bytes, ObjectInfo]:
+        """The data key and the plaintext view of a stored object."""
+        ident = identity(sealed.bucket, sealed.key, parts_in(sealed.etag))
+        dek, meta = self._open(sealed.meta, ident, sealed.bucket, sealed.key)
+        parts = [stream.part_plain_size(s) for s in sealed.part_sizes]
+        return dek, replace(sealed, size=plain_size(sealed.size, sealed.etag), meta=meta, part_sizes=parts)
+
+    # -- buckets (nothing to seal) -------------------------------------------------------
+
+    def create_bucket(self, name: str) -> BucketInfo:
+        return self.inner.create_bucket(name)
+
+    def delete_bucket(self, name: str) -> None:
+        self.inner.delete_bucket(name)
+
+    def head_bucket(self, name: str) -> BucketInfo:
+        return self.inner.head_bucket(name)
+
+    def list_buckets(self) -> list[BucketInfo]:
+        return self.inner.list_buckets()
+
+    # -- objects -------------------------------------------------------------------------
+
+    def put_object(self, bucket: str, key: str, body: Readable, meta: ObjectMeta,
+                   condition: WriteCondition | None = None,
+                   finalize: Finalizer | None = None) -> ObjectInfo:
+        dek = stream.new_data_key()
+        stored = self._seal(dek, meta, identity(bucket, key))
+        info = self.inner.put_object(bucket, key, stream.SealingReader(dek, body), stored,
+                                     condition, finalize)
+        return replace(info, size=plain_size(info.size, info.etag), meta=meta)
+
+    def head_object(self, bucket: str, key: str) -> ObjectInfo:
+        return self._object(self.inner.head_object(bucket, key))[1]
+
+    def open_object(self, bucket: str, key: str, start: int = 0,
+                    end: int | None = None) -> SealedReader:
+        # A whole read opens the backend once: its info and its stream come together.
+        whole = start == 0 and end is None
+        ahead = [self.inner.open_object(bucket, key)] if whole else []
+        try:
+            sealed = ahead[0].info if ahead else self.inner.head_object(bucket, key)
+            dek, info = self._object(sealed)
+            stop = info.size if end is None else min(end, info.size)
+            layout = self._layout(bucket, key, sealed)
+
+            def fetch(cipher_start: int, cipher_end: int) -> Readable:
+                if ahead and cipher_start == 0 and cipher_end == sealed.size:
+                    return ahead.pop()
+                reader = self.inner.open_object(bucket, key, cipher_start, cipher_end)
+                if reader.info.etag != sealed.etag:  # replaced since its layout was read
+                    reader.close()
+                    raise PreconditionFailed("The object was replaced while it was being read; retry.")
+                return reader
+
+            opening = stream.OpeningReader(dek, fetch, layout, min(start, stop), stop)
+        except BaseException as exc:
+            for reader in ahead:
+                reader.close()
+            if isinstance(exc, VaultError):
+                raise _store_error(exc, bucket, key) from None
+            raise
+        return SealedReader(info, opening, ahead)
+
+    def delete_object(self, bucket: str, key: str) -> None:
+        self.inner.delete_object(bucket, key)
+
+    def copy_object(self, src_bucket: str, src_key: str, bucket: str, key: str,
+                    meta: ObjectMeta | None, condition: WriteCondition | None = None,
+                    source_etag: str | None = None) -> ObjectInfo:
+        """Copies the sealed bytes as they are; only the data key is rewrapped for the new name."""
+        source = self.inner.head_object(src_bucket, src_key)
+        if source_etag is not None and source.etag != source_etag:
+            raise PreconditionFailed("The copy source changed while it was being copied; retry.")
+        dek, plain = self._object(source)
+        new_meta = meta if meta is not None else plain.meta
+        stored = self._seal(dek, new_meta, identity(bucket, key, parts_in(source.etag)))
+        info = self.inner.copy_object(src_bucket, src_key, bucket, key, stored, condition,
+                                      source_etag=source.etag)
+        if parts_in(info.etag) != parts_in(source.etag):
+            raise SealError("the backend changed the part structure of a copied object")
+        return replace(info, size=plain.size, meta=new_meta, part_sizes=plain.part_sizes)
+
+    def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
+                     limit: int = 1000) -> ListPage:
+        page = self.inner.list_objects(bucket, prefix, delimiter, after, limit)
+        for entry in page.entries:
+            entry.size = plain_size(entry.size, entry.etag)
+        return page
+
+    # -- multipart -----------------------------------------------------------------------
+
+    def create_multipart(self, bucket: str, key: str, meta: ObjectMeta) -> UploadInfo:
+        dek = stream.new_data_key()
+        upload = self.inner.create_multipart(bucket, key, self._seal(dek, meta, identity(bucket, key,
+                                                                                          upload=True)))
+        return replace(upload, meta=meta)
+
+    def _upload(self, bucket: str, key: str, upload_id: str) -> tuple[bytes, UploadInfo]:
+        upload = self.inner.get_upload(bucket, key, upload_id)
+        dek, meta = self._open(upload.meta, identity(bucket, key, upload=True), bucket, key)
+        return dek, replace(upload, meta=meta)
+
+    def get_upload(self, bucket: str, key: str, upload_id: str) -> UploadInfo:
+        return self._upload(bucket, key, upload_id)[1]
+
+    def upload_part(self, bucket: str, key: str, upload_id: str, part_number: int, body: Readable,
+                    finalize: Finalizer | None = None, size: int | None = None) -> PartInfo:
+        if size is None:
+            raise IncompleteBody("A part's length must be declared (Content-Length) so it can be "
+                                 "sealed.")
+        dek, _ = self._upload(bucket, key, upload_id)
+        sealing = stream.SealingReader(dek, body, part_number=part_number, plain_size=size)
+        try:
+            part = self.inner.upload_part(bucket, key, upload_id, part_number, sealing, finalize,
+                                          size=stream.part_sealed_size(size))
+        except stream.SizeMismatch:
+            raise IncompleteBody() from None
+        return replace(part, size=size)
+
+    def complete_multipart(self, bucket: str, key: str, upload_id: str,
+                           parts: Sequence[tuple[int, str]], condition: WriteCondition | None = None,
+                           meta_update: MetaUpdate | None = None) -> ObjectInfo:
+        """Completes, rebinding the data key to the final part count, so an object cut back
+        to fewer parts on the backend no longer opens."""
+        dek, upload = self._upload(bucket, key, upload_id)
+        final_meta = upload.meta
+
+        def reseal(stored: ObjectMeta, chosen: Sequence[PartInfo]) -> ObjectMeta:
+            nonlocal final_meta
+            plain = [replace(p, size=stream.part_plain_size(p.size)) for p in chosen]
+            final_meta = meta_update(upload.meta, plain) if meta_update else upload.meta
+            return self._seal(dek, final_meta, identity(bucket, key, len(chosen)))
+
+        info = self.inner.complete_multipart(bucket, key, upload_id, parts, condition, reseal)
+        return self._object(info)[1]
+
+    def abort_multipart(self, bucket: str, key: str, upload_id: str) -> None:
+        self.inner.abort_multipart(bucket, key, upload_id)
+
+    def list_parts(self, bucket: str, key: str, upload_id: str) -> list[PartInfo]:
+        return [replace(p, size=stream.part_plain_size(p.size))
+                for p in self.inner.list_parts(bucket, key, upload_id)]
+
+    def list_uploads(self, bucket: str, prefix: str = "") -> list[UploadInfo]:
+        uploads = []
+        for upload in self.inner.list_uploads(bucket, prefix):
+            try:
+                _, meta = self._open(upload.meta, identity(bucket, upload.key, upload=True), bucket,
+                                     upload.key)
+            except StoreError:
+                meta = ObjectMeta()
+            uploads.append(replace(upload, meta=meta))
+        return uploads
+
+    def expire_uploads(self, older_than: float) -> int:
+        return self.inner.expire_uploads(older_than)
+
+    def count_uploads(self) -> int:
+        return self.inner.count_uploads()
+
+    # -- health ----------------------------------------------------------------------------
+
+    def check(self) -> None:
+        self.inner.check()
+
+    def close(self) -> None:
+        self.inner.close()
+
+    # -- rotation -----------------------------------------------------------------------------
+
+    def key_version(self, bucket: str, key: str) -> tuple[str, int] | None:
+        """Which KEK (id, version) wraps an object's data key; None for an unsealed object."""
+        stored = self.inner.head_object(bucket, key).meta.sealed
+        if not stored:
+            return None
+        wrapped = WrappedKey.decode(stored)
+        return wrapped.kek_id, wrapped.version
+
+    def rewrap(self, bucket: str, key: str) -> bool:
+        """Rewrap one object's data key under the primary KEK version, data untouched. False
+        when it already is, or when the object changed meanwhile (its writer used the primary)."""
+        sealed = self.inner.head_object(bucket, key)
+        wrapped = WrappedKey.decode(sealed.meta.sealed or "")
+        if wrapped.kek_id == self.keys.kek_id and wrapped.version == self.keys.primary_version():
+            return False
+        ident = identity(bucket, key, parts_in(sealed.etag))
+        try:
+            dek = self.keys.unwrap(wrapped, ident)
+        except VaultError as exc:
+            raise _store_error(exc, bucket, key) from None
+        stored = replace(sealed.meta, sealed=self.keys.wrap(dek, ident).encode())
+        try:
+            self.inner.copy_object(bucket, key, bucket, key, stored,
+                                   WriteCondition(if_match=sealed.etag), source_etag=sealed.etag)
+        except PreconditionFailed:
+            return False
+        return True
+
+    # -- layouts -----------------------------------------------------------------------------
+
+    def _layout(self, bucket: str, key: str, sealed: ObjectInfo) -> stream.Layout:
+        parts = parts_in(sealed.etag)
+        if not parts:
+            return stream.Layout.single(sealed.size)
+        sizes = list(sealed.part_sizes) or self._part_sizes(bucket, key, sealed, parts)
+        return stream.Layout.multipart(sizes)
+
+    def _part_sizes(self, bucket: str, key: str, sealed: ObjectInfo, parts: int) -> list[int]:
+        """Sealed part sizes read from the part headers (for backends that do not report
+        them); immutable for an ETag, so remembered."""
+        cache_key = (bucket, key, sealed.etag)
+        with self._lock:
+            if cache_key in self._layouts:
+                self._layouts.move_to_end(cache_key)
+                return self._layouts[cache_key]
+        sizes, offset = [], 0
+        for _ in range(parts):
+            if offset + stream.HEADER > sealed.size:
+                raise SealError(f"{bucket}/{key} failed its integrity check: it is shorter than "
+                                "its parts.")
+            reader = self.inner.open_object(bucket, key, offset, offset + stream.HEADER)
+            try:
+                if reader.info.etag != sealed.etag:
+                    raise PreconditionFailed("The object was replaced while it was being read; retry.")
+                header = _read_exactly(reader, stream.HEADER)
+            finally:
+                reader.close()
+            try:
+                size = stream.part_sealed_size(stream.part_header_plain_size(header))
+            except (VaultError, ValueError) as exc:
+                raise SealError(f"{bucket}/{key} has a damaged part header: {exc}") from None
+            sizes.append(size)
+            offset += size
+        if offset != sealed.size:
+            raise SealError(f"{bucket}/{key} failed its integrity check: its parts do not add up "
+                            "to its size.")
+        with self._lock:
+            self._layouts[cache_key] = sizes
+            while len(self._layouts) > LAYOUT_CACHE:
+                self._layouts.popitem(last=False)
+        return sizes
+
+
+def _store_error(exc: Exception, bucket: str, key: str) -> StoreError:
+    """Vault failures as store errors: an unreachable key service is 503, the rest 500."""
+    if isinstance(exc, KeyUnavailable):
+        return StoreUnavailable(f"the key service is unavailable: {exc}")
+    return SealError(f"{bucket}/{key} cannot be opened: {exc}")
+
+
+def _read_exactly(reader: Readable, n: int) -> bytes:
+    chunks, size = [], 0
+    while size < n:
+        chunk = reader.read(n - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,348 @@
+"""Encryption at rest through a real gateway: nothing plaintext on disk, tampering detected,
+ranges across chunk and part boundaries, the KEK checked at start, rotation and rewrap."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import sqlite3
+import subprocess
+import threading
+from pathlib import Path
+
+import boto3
+import pytest
+from boto3.s3.transfer import TransferConfig
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from servers import BIN, Gateway
+
+from gateway.admin_client import AdminClient
+
+MARKER = b"PLANTED-MARKER-c0ffee-5eal"
+CHUNK = 65536
+
+
+def client(gw, **kwargs):
+    cfg = Config(signature_version="s3v4", s3={"addressing_style": "path"},
+                 retries={"max_attempts": 1, "mode": "standard"}, **kwargs)
+    return boto3.client("s3", endpoint_url=gw.endpoint, aws_access_key_id=gw.access_key,
+                        aws_secret_access_key=gw.secret_key, region_name="us-east-1", config=cfg)
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    gateway = Gateway(tmp_path_factory.mktemp("sealed") / "data").start()
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def s3(gw):
+    s3 = client(gw)
+    s3.create_bucket(Bucket="sealed")
+    return s3
+
+
+def raw_files(data: Path) -> list[Path]:
+    return [p for p in data.rglob("*") if p.is_file()]
+
+
+def test_no_plaintext_reaches_the_data_directory(gw, s3, tmp_path):
+    s3.put_object(Bucket="sealed", Key="small.txt", Body=MARKER * 3, ContentType="text/x-" + MARKER.decode(),
+                  Metadata={"note": MARKER.decode()})
+    big = os.urandom(200_000) + MARKER + os.urandom(200_000)
+    s3.put_object(Bucket="sealed", Key="big.bin", Body=big)
+    parts = (os.urandom(5 * 2**20) + MARKER) * 2 + MARKER
+    s3.upload_fileobj(io.BytesIO(parts), "sealed", "multi.bin",
+                      Config=TransferConfig(multipart_threshold=5 * 2**20, multipart_chunksize=5 * 2**20 + len(MARKER)))
+    s3.copy_object(Bucket="sealed", Key="copy.bin", CopySource="sealed/big.bin")
+    admin = AdminClient(gw.endpoint, gw.access_key, gw.secret_key)
+    created = admin.create_agent("marker-" + "agent")  # an identity and its secret key, stored too
+    gw.stop()
+    try:
+        needles = [MARKER, created["secret_key"].encode(), b"text/x-PLANTED"]
+        for path in raw_files(gw.data):
+            if path.suffix == ".jsonl":  # audit records name keys and principals, never contents
+                continue
+            content = path.read_bytes()
+            for needle in needles:
+                assert needle not in content, f"{needle!r} found in {path}"
+    finally:
+        gw.start()
+    assert s3.get_object(Bucket="sealed", Key="big.bin")["Body"].read() == big
+    head = s3.head_object(Bucket="sealed", Key="small.txt")
+    assert head["Metadata"] == {"note": MARKER.decode()} and head["ServerSideEncryption"] == "aws:kms"
+
+
+def test_sizes_and_etags_agree_everywhere(s3):
+    for size in (0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 17):
+        body = os.urandom(size)
+        put = s3.put_object(Bucket="sealed", Key=f"sizes/{size}", Body=body)
+        head = s3.head_object(Bucket="sealed", Key=f"sizes/{size}")
+        got = s3.get_object(Bucket="sealed", Key=f"sizes/{size}")
+        assert got["Body"].read() == body and head["ContentLength"] == size
+        assert put["ETag"] == head["ETag"] == got["ETag"]
+        assert s3.get_object(Bucket="sealed", Key=f"sizes/{size}", IfMatch=put["ETag"])["ContentLength"] == size
+    listed = {o["Key"]: (o["Size"], o["ETag"]) for o in
+              s3.list_objects_v2(Bucket="sealed", Prefix="sizes/")["Contents"]}
+    for key, (size, etag) in listed.items():
+        assert size == int(key.split("/")[1])
+        assert etag == s3.head_object(Bucket="sealed", Key=key)["ETag"]
+
+
+def test_ranged_gets_across_chunk_and_part_boundaries(s3):
+    rng = random.Random(7)
+    single = os.urandom(5 * CHUNK + 123)
+    s3.put_object(Bucket="sealed", Key="ranges/single", Body=single)
+    part = 5 * 2**20 + 1000  # parts not aligned to chunks
+    multi = os.urandom(2 * part + 4321)
+    up = s3.create_multipart_upload(Bucket="sealed", Key="ranges/multi")["UploadId"]
+    etags = []
+    for n, start in enumerate(range(0, len(multi), part), 1):
+        etags.append(s3.upload_part(Bucket="sealed", Key="ranges/multi", UploadId=up, PartNumber=n,
+                                    Body=multi[start:start + part])["ETag"])
+    s3.complete_multipart_upload(Bucket="sealed", Key="ranges/multi", UploadId=up, MultipartUpload={
+        "Parts": [{"PartNumber": n, "ETag": e} for n, e in enumerate(etags, 1)]})
+    assert s3.head_object(Bucket="sealed", Key="ranges/multi")["ContentLength"] == len(multi)
+    edges = [CHUNK - 1, CHUNK, CHUNK + 1, part - 1, part, part + 1, 2 * part]
+    for key, data, points in (("ranges/single", single, [CHUNK - 1, CHUNK, 2 * CHUNK + 5]),
+                              ("ranges/multi", multi, edges)):
+        spans = [(p - 3, p + 3) for p in points] + [(rng.randrange(len(data)), None) for _ in range(4)]
+        spans += [(a, a + rng.randrange(1, 300_000)) for a in (rng.randrange(len(data)) for _ in range(6))]
+        for start, end in spans:
+            end = min(end if end is not None else len(data) - 1, len(data) - 1)
+            got = s3.get_object(Bucket="sealed", Key=key, Range=f"bytes={start}-{end}")["Body"].read()
+            assert got == data[start:end + 1], (key, start, end)
+        assert s3.get_object(Bucket="sealed", Key=key, Range="bytes=-100")["Body"].read() == data[-100:]
+    # A part by number, and a copy of a range across the part boundary.
+    assert s3.get_object(Bucket="sealed", Key="ranges/multi", PartNumber=2)["Body"].read() == multi[part:2 * part]
+    up = s3.create_multipart_upload(Bucket="sealed", Key="ranges/copied")["UploadId"]
+    copied = s3.upload_part_copy(Bucket="sealed", Key="ranges/copied", UploadId=up, PartNumber=1,
+                                 CopySource="sealed/ranges/multi", CopySourceRange=f"bytes={part - 10}-{part + 9}")
+    s3.complete_multipart_upload(Bucket="sealed", Key="ranges/copied", UploadId=up, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": copied["CopyPartResult"]["ETag"]}]})
+    assert s3.get_object(Bucket="sealed", Key="ranges/copied")["Body"].read() == multi[part - 10:part + 10]
+
+
+def test_copy_and_metadata_replace_do_not_reencrypt(gw, s3):
+    body = os.urandom(300_000)
+    s3.put_object(Bucket="sealed", Key="cp/src", Body=body, Metadata={"a": "1"})
+    s3.copy_object(Bucket="sealed", Key="cp/dst", CopySource="sealed/cp/src")
+    s3.copy_object(Bucket="sealed", Key="cp/src", CopySource="sealed/cp/src", Metadata={"a": "2"},
+                   MetadataDirective="REPLACE")  # what s3fs's chmod does
+    assert s3.get_object(Bucket="sealed", Key="cp/dst")["Body"].read() == body
+    got = s3.get_object(Bucket="sealed", Key="cp/src")
+    assert got["Body"].read() == body and got["Metadata"] == {"a": "2"}
+    # The copy kept the sealed bytes (same backend ETag), only the wrapped key changed.
+    assert s3.head_object(Bucket="sealed", Key="cp/dst")["ETag"] == s3.head_object(Bucket="sealed", Key="cp/src")["ETag"]
+
+
+# -- tampering on the backend ---------------------------------------------------------------------
+
+
+def _stored_files(data: Path, store_key: str) -> tuple[list[str], bytes | None]:
+    db = sqlite3.connect(data / "store" / "index.db")
+    try:
+        files, inline = db.execute("SELECT files, data FROM objects WHERE bucket='sealed' AND key=?",
+                                   (store_key.encode(),)).fetchone()
+    finally:
+        db.close()
+    return [data / "store" / f for f, _ in json.loads(files)] if files else [], inline
+
+
+def _expect_refusal(s3, key: str) -> None:
+    with pytest.raises(Exception) as info:  # an error status, or a connection cut mid-body
+        s3.get_object(Bucket="sealed", Key=key)["Body"].read()
+    if isinstance(info.value, ClientError):
+        assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] >= 500
+
+
+@pytest.fixture
+def stopped(gw):
+    gw.stop()
+    yield gw
+    gw.start()
+
+
+def test_tampering_is_detected_never_served(gw, s3):
+    body = os.urandom(3 * CHUNK + 500)
+    for key in ("t/flip", "t/truncate", "t/reorder", "t/swap-a", "t/swap-b", "t/clean"):
+        s3.put_object(Bucket="sealed", Key=key, Body=body)
+    gw.stop()
+    try:
+        (flip,), _ = _stored_files(gw.data, "t/flip")
+        raw = bytearray(flip.read_bytes())
+        raw[40_000] ^= 0x01
+        flip.write_bytes(bytes(raw))
+        (trunc,), _ = _stored_files(gw.data, "t/truncate")
+        trunc.write_bytes(trunc.read_bytes()[:-(CHUNK + 16 + 500 + 16) // 2])  # cut mid-chunk
+        (reorder,), _ = _stored_files(gw.data, "t/reorder")
+        raw = reorder.read_bytes()
+        sealed = CHUNK + 16
+        reorder.write_bytes(raw[:32] + raw[32 + sealed:32 + 2 * sealed] + raw[32:32 + sealed] + raw[32 + 2 * sealed:])
+        # Swap: b's bytes and bookkeeping moved under a's name.
+        db = sqlite3.connect(gw.data / "store" / "index.db")
+        row = db.execute("SELECT size, etag, meta, files, data FROM objects WHERE bucket='sealed' AND key=?",
+                         (b"t/swap-b",)).fetchone()
+        db.execute("UPDATE objects SET size=?, etag=?, meta=?, files=?, data=? WHERE bucket='sealed' AND key=?",
+                   (*row, b"t/swap-a"))
+        db.commit()
+        db.close()
+    finally:
+        gw.start()
+    for key in ("t/flip", "t/truncate", "t/reorder", "t/swap-a"):
+        _expect_refusal(s3, key)
+    assert s3.get_object(Bucket="sealed", Key="t/clean")["Body"].read() == body
+    # A range that avoids the damaged chunk still reads; one that touches it does not.
+    far = f"bytes={2 * CHUNK}-{2 * CHUNK + 99}"  # the flipped byte sits in chunk 0
+    assert s3.get_object(Bucket="sealed", Key="t/flip", Range=far)["Body"].read() == body[2 * CHUNK:2 * CHUNK + 100]
+    with pytest.raises(ClientError):
+        s3.get_object(Bucket="sealed", Key="t/flip", Range="bytes=0-99")
+
+
+# -- the KEK at start ----------------------------------------------------------------------------------
+
+
+def test_the_gateway_refuses_to_start_without_its_kek(tmp_path):
+    gateway = Gateway(tmp_path / "data").start()
+    client(gateway).create_bucket(Bucket="kept")
+    gateway.stop()
+    keyring = tmp_path / "data.keyring.json"
+    assert keyring.exists() and keyring.stat().st_mode & 0o077 == 0
+    moved = tmp_path / "elsewhere.json"
+    keyring.rename(moved)
+    env = {**os.environ, "ORGMEM_ROOT_ACCESS_KEY": gateway.access_key,
+           "ORGMEM_ROOT_SECRET_KEY": gateway.secret_key}
+    args = [str(BIN / "orgmem"), "serve", "--port", "1", "--data", str(tmp_path / "data")]
+    missing = subprocess.run(args, env=env, capture_output=True, text=True, timeout=30)
+    assert missing.returncode != 0 and "keyring" in missing.stderr and "backup" in missing.stderr
+    other = tmp_path / "other.keyring.json"
+    from vault.keys import create_keyring
+    create_keyring(other)
+    wrong = subprocess.run(args + ["--kek", f"file:{other}"], env=env, capture_output=True, text=True,
+                           timeout=30)
+    assert wrong.returncode != 0 and "sealed under KEK" in wrong.stderr
+    inside = subprocess.run(args + ["--kek", f"file:{tmp_path / 'data' / 'k.json'}"], env=env,
+                            capture_output=True, text=True, timeout=30)
+    assert inside.returncode != 0
+    env_key = subprocess.run(args + ["--kek", "env:ORGMEM_TEST_KEK"], env={**env, "ORGMEM_TEST_KEK": "short"},
+                             capture_output=True, text=True, timeout=30)
+    assert env_key.returncode != 0 and "short" not in env_key.stderr.replace("ORGMEM_TEST_KEK", "")
+    gateway.extra_args = ["--kek", f"file:{moved}"]
+    gateway.start()
+    try:
+        assert "kept" in [b["Name"] for b in client(gateway).list_buckets()["Buckets"]]
+    finally:
+        gateway.stop()
+
+
+def test_env_kek_and_plaintext_from_before_sealing(tmp_path):
+    """A data directory written before sealing is sealed in place at the first start."""
+    from gateway.store.base import ObjectMeta
+    from gateway.store.local import LocalStore
+
+    legacy = LocalStore(tmp_path / "data" / "store")
+    legacy.create_bucket("old")
+    legacy.put_object("old", "note.txt", io.BytesIO(MARKER), ObjectMeta(content_type="text/plain"))
+    legacy.close()
+    key = os.urandom(32).hex()
+    gateway = Gateway(tmp_path / "data", extra_args=["--kek", "env:ORGMEM_TEST_KEK"],
+                      env={"ORGMEM_TEST_KEK": key}).start()
+    try:
+        assert client(gateway).get_object(Bucket="old", Key="note.txt")["Body"].read() == MARKER
+    finally:
+        gateway.stop()
+    assert not (tmp_path / "data.keyring.json").exists()
+    for path in raw_files(tmp_path / "data"):
+        if path.suffix != ".jsonl":
+            assert MARKER not in path.read_bytes(), path
+    assert key not in gateway.log()
+
+
+# -- rotation --------------------------------------------------------------------------------------
+
+
+def test_rotation_and_rewrap_under_load(tmp_path):
+    gateway = Gateway(tmp_path / "data").start()
+    env = {**os.environ, "ORGMEM_ENDPOINT": gateway.endpoint, "ORGMEM_ROOT_ACCESS_KEY": gateway.access_key,
+           "ORGMEM_ROOT_SECRET_KEY": gateway.secret_key}
+
+    def vault(*args, check=True):
+        done = subprocess.run([str(BIN / "orgmem"), "vault", *args], env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert not check or done.returncode == 0, done.stderr
+        return done
+    try:
+        s3 = client(gateway, max_pool_connections=16)
+        s3.create_bucket(Bucket="load")
+        bodies = {f"k{i}": os.urandom(random.choice([100, 70_000, 200_000])) for i in range(300)}
+        for key, body in bodies.items():
+            s3.put_object(Bucket="load", Key=key, Body=body)
+        assert json.loads(vault("kek", "status", "--json").stdout)["objects_by_version"] == {"1": 300}
+        failures, stop = [], threading.Event()
+
+        def work(n: int) -> None:
+            rng = random.Random(n)
+            while not stop.is_set():
+                key = rng.choice(list(bodies))
+                try:
+                    if rng.random() < 0.3:
+                        body = os.urandom(rng.choice([50, 90_000]))
+                        s3.put_object(Bucket="load", Key=key, Body=body)
+                        bodies[key] = body
+                    else:
+                        s3.get_object(Bucket="load", Key=key)["Body"].read()
+                except Exception as exc:  # noqa: BLE001 - every failure is a finding
+                    failures.append(repr(exc))
+        threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        try:
+            assert "now primary" in vault("kek", "rotate").stdout
+            retire = vault("kek", "retire", "1", check=False)
+            assert retire.returncode == 1 and "DeleteConflict" in retire.stderr
+            vault("rewrap", "--batch", "50")
+        finally:
+            stop.set()
+            for t in threads:
+                t.join()
+        assert failures == []
+        status = json.loads(vault("kek", "status", "--json").stdout)
+        assert status["primary"] == 2 and set(status["objects_by_version"]) == {"2"}
+        vault("kek", "retire", "1")
+        for key, body in bodies.items():
+            assert s3.get_object(Bucket="load", Key=key)["Body"].read() == body
+    finally:
+        gateway.stop()
+
+
+def test_rewrap_resumes_from_its_checkpoint(tmp_path):
+    gateway = Gateway(tmp_path / "data").start()
+    try:
+        s3 = client(gateway)
+        s3.create_bucket(Bucket="resume")
+        for i in range(30):
+            s3.put_object(Bucket="resume", Key=f"k{i:02d}", Body=b"x" * i)
+        admin = AdminClient(gateway.endpoint, gateway.access_key, gateway.secret_key)
+        call = lambda path, body=None: json.loads(admin._request(  # noqa: E731
+            "POST", "/admin/v1/vault/" + path, body=json.dumps(body or {}).encode(),
+            content_type="application/json")[2])
+        call("kek/rotate")
+        first = call("rewrap", {"limit": 10})
+        assert first["done"] is False and first["scanned"] == 10
+        gateway.stop()  # interrupted: the checkpoint survives a restart
+        gateway.start()
+        admin = AdminClient(gateway.endpoint, gateway.access_key, gateway.secret_key)
+        rest = call("rewrap", {"resume": True, "limit": 1000})
+        assert rest["done"] is True and rest["scanned"] <= 31 - 10
+        status = json.loads(admin._request("GET", "/admin/v1/vault/kek")[2])
+        assert set(status["objects_by_version"]) == {"2"}
+        for bad in ({"limit": 0}, {"limit": "many"}, {"surprise": 1}):
+            with pytest.raises(Exception) as info:
+                call("rewrap", bad)
+            assert getattr(info.value, "status", 0) == 400
+    finally:
+        gateway.stop()
