@@ -29,8 +29,12 @@ system-deps:
 test: $(STAMP) system-deps
 	$(PY) -m pytest -q -ra $(PYTEST_ARGS)
 
+# Both benchmarks. BENCH_ARGS goes to s3_bench.py; seal_bench.py gets SEAL_BENCH_ARGS
+# (by default only the --quick of BENCH_ARGS).
+SEAL_BENCH_ARGS ?= $(filter --quick,$(BENCH_ARGS))
 bench: $(STAMP) system-deps
 	$(PY) bench/s3_bench.py $(BENCH_ARGS)
+	$(PY) bench/seal_bench.py $(SEAL_BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) orgmem-data

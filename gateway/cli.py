@@ -42,6 +42,8 @@ def main() -> None:
               "s3://BUCKET[/PREFIX] on an S3 service.")
 @click.option("--backend-endpoint", help="URL of the S3 service of an s3:// backend (default AWS S3).")
 @click.option("--backend-region", help="Region of the s3:// backend's bucket.")
+@click.option("--backend-timeout", type=int,
+              help="Seconds an upstream request may wait for an answer (default 30).")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""
     from . import httpserver

@@ -40,6 +40,8 @@ class Config:
     #: the S3 service of an s3:// backend (default: AWS S3); credentials come from AWS_* / profile
     backend_endpoint: str | None = None
     backend_region: str | None = None
+    #: seconds an upstream request may wait for an answer before it fails (503 to clients)
+    backend_timeout: int = 30
     root_access_key: str | None = None
     root_secret_key: str | None = None
 
@@ -88,6 +90,8 @@ class Config:
         parse_location(self.backend)
         if self.backend_endpoint:
             check_endpoint(self.backend_endpoint)
+        if not 1 <= self.backend_timeout <= 3600:
+            raise ValueError(f"--backend-timeout must be 1 to 3600 seconds, not {self.backend_timeout}")
         if self.backend_region is not None and not _REGION.match(self.backend_region):
             raise ValueError(f"--backend-region must look like us-east-1, not {self.backend_region!r}")
 

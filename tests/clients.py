@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -99,3 +100,14 @@ def age_tree(root: Path, seconds: float = 3600) -> None:
 
 def md5(data: bytes) -> str:
     return hashlib.md5(data).hexdigest()
+
+
+def is_etag(value: str, parts: int = 0, quoted: bool = True) -> bool:
+    """Whether ``value`` has the shape of an S3 ETag: 32 lower-case hex digits, followed by
+    "-N" for an object of N parts (``parts``). The gateway seals objects at rest, so the
+    digits are opaque (the MD5 of the sealed bytes, as AWS's ETags of SSE-KMS objects are)
+    and never the MD5 of the plaintext; only their shape and their stability can be checked."""
+    pattern = r"[0-9a-f]{32}" + (f"-{parts}" if parts else "")
+    if quoted:
+        pattern = f'"{pattern}"'
+    return re.fullmatch(pattern, value) is not None

@@ -8,7 +8,13 @@ import boto3
 import pytest
 from botocore.config import Config
 from clients import remove_bucket
-from servers import Gateway
+from servers import Gateway, Seaweed
+
+#: The backends the shared gateways run on: the embedded store, and an upstream bucket
+#: on a real SeaweedFS. Every test that uses ``gateway``/``s3`` runs once on each.
+BACKENDS = ["local", "s3"]
+#: The bucket on the session's SeaweedFS that the s3 gateways store into.
+UPSTREAM_BUCKET = "orgmem-upstream"
 
 
 @pytest.fixture(scope="session")
@@ -28,16 +34,44 @@ def tls_files(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def gateway(tmp_path_factory):
-    gw = Gateway(tmp_path_factory.mktemp("gw-http") / "data").start()
+def seaweed(tmp_path_factory):
+    """One SeaweedFS (``weed mini``) for the session, with UPSTREAM_BUCKET created."""
+    sw = Seaweed(tmp_path_factory.mktemp("seaweed")).start()
+    sw.client().create_bucket(Bucket=UPSTREAM_BUCKET)
+    yield sw
+    sw.stop()
+
+
+@pytest.fixture(scope="session", params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+def backend_options(request, backend: str, prefix: str) -> tuple[list[str], dict[str, str]]:
+    """``orgmem serve`` arguments and environment for a gateway on ``backend``; an s3
+    gateway stores under ``prefix`` in the session's SeaweedFS bucket."""
+    if backend == "local":
+        return [], {}
+    sw = request.getfixturevalue("seaweed")
+    return (["--backend", f"s3://{UPSTREAM_BUCKET}/{prefix}", "--backend-endpoint", sw.endpoint],
+            sw.env)
+
+
+@pytest.fixture(scope="session")
+def gateway(request, backend, tmp_path_factory):
+    args, env = backend_options(request, backend, "gw-http")
+    gw = Gateway(tmp_path_factory.mktemp("gw-http") / "data", extra_args=args, env=env).start()
+    gw.backend = backend
     yield gw
     gw.stop()
 
 
 @pytest.fixture(scope="session")
-def tls_gateway(tmp_path_factory, tls_files):
+def tls_gateway(request, backend, tmp_path_factory, tls_files):
+    args, env = backend_options(request, backend, "gw-https")
     gw = Gateway(tmp_path_factory.mktemp("gw-https") / "data",
-                 tls=(tls_files["cert"], tls_files["key"])).start()
+                 tls=(tls_files["cert"], tls_files["key"]), extra_args=args, env=env).start()
+    gw.backend = backend
     yield gw
     gw.stop()
 

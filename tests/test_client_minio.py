@@ -12,7 +12,7 @@ import urllib.request
 from urllib.parse import urlsplit
 
 import pytest
-from clients import body_of, keys_of, md5, remove_bucket, unique_bucket
+from clients import body_of, is_etag, keys_of, md5, remove_bucket, unique_bucket
 from minio import Minio
 from minio.deleteobjects import DeleteObject
 from minio.error import S3Error
@@ -48,7 +48,8 @@ def test_put_get_stat_object(mc, mbucket, s3):
     data = b"hello from minio-py\n" * 50
     result = mc.put_object(mbucket, "docs/hello.txt", io.BytesIO(data), len(data),
                            content_type="text/plain", metadata={"Color": "blue", "x-amz-meta-owner": "a"})
-    assert result.etag == md5(data)
+    # Sealed at rest: an opaque ETag (the sealed bytes' MD5), not the MD5 of the data.
+    assert is_etag(result.etag, quoted=False) and result.etag != md5(data), result.etag
     assert body_of(s3, mbucket, "docs/hello.txt") == data
 
     resp = mc.get_object(mbucket, "docs/hello.txt")
@@ -68,7 +69,7 @@ def test_put_get_stat_object(mc, mbucket, s3):
 
     stat = mc.stat_object(mbucket, "docs/hello.txt")
     assert stat.size == len(data)
-    assert stat.etag == md5(data)
+    assert stat.etag == result.etag
     assert stat.content_type == "text/plain"
     assert stat.last_modified is not None
     assert stat.metadata["x-amz-meta-color"] == "blue"
@@ -96,14 +97,16 @@ def test_put_object_unknown_length(mc, mbucket, s3):
 
 def test_list_objects(mc, mbucket):
     keys = ["a.txt", "dir/b.txt", "dir/c.txt", "dir/sub/d.txt", "e/f.txt", "z.txt"]
-    for key in keys:
-        mc.put_object(mbucket, key, io.BytesIO(key.encode()), len(key))
+    etags = {key: mc.put_object(mbucket, key, io.BytesIO(key.encode()), len(key)).etag
+             for key in keys}
 
     # Not recursive: objects, then the common prefixes (as S3 returns them in one page).
     flat = {o.object_name: o for o in mc.list_objects(mbucket)}
     assert sorted(flat) == ["a.txt", "dir/", "e/", "z.txt"]
     assert {name for name, o in flat.items() if o.is_dir} == {"dir/", "e/"}
-    assert flat["a.txt"].size == len("a.txt") and flat["a.txt"].etag == md5(b"a.txt")
+    assert flat["a.txt"].size == len("a.txt") and flat["a.txt"].etag == etags["a.txt"]
+    assert all(is_etag(e, quoted=False) for e in etags.values()) and len(set(etags.values())) == len(keys)
+    assert {o.object_name: o.etag for o in mc.list_objects(mbucket, recursive=True)} == etags
 
     assert sorted(o.object_name for o in mc.list_objects(mbucket, recursive=True)) == keys
     assert sorted(o.object_name for o in mc.list_objects(mbucket, prefix="dir/")) == [
@@ -173,7 +176,7 @@ def test_fput_fget_multipart(mc, mbucket, s3, tmp_path):
     # 12 MiB in 5 MiB parts is three parts; the ETag is the multipart form.
     assert re.fullmatch(r"[0-9a-f]{32}-3", result.etag), result.etag
     head = s3.head_object(Bucket=mbucket, Key="big/file.bin")
-    assert head["ContentLength"] == len(data)
+    assert head["ContentLength"] == len(data) and head["ETag"] == f'"{result.etag}"'
     assert head["Metadata"] == {"purpose": "multipart"}
     assert s3.list_multipart_uploads(Bucket=mbucket).get("Uploads", []) == []
 

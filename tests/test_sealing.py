@@ -346,3 +346,34 @@ def test_rewrap_resumes_from_its_checkpoint(tmp_path):
             assert getattr(info.value, "status", 0) == 400
     finally:
         gateway.stop()
+
+
+def test_no_plaintext_reaches_the_upstream_bucket(tmp_path, seaweed):
+    """Through a gateway on SeaweedFS: neither the objects the upstream holds nor the
+    upstream's own files on disk contain what was written."""
+    from conftest import UPSTREAM_BUCKET
+
+    gateway = Gateway(tmp_path / "data", env=seaweed.env,
+                      extra_args=["--backend", f"s3://{UPSTREAM_BUCKET}/sealing-test",
+                                  "--backend-endpoint", seaweed.endpoint]).start()
+    try:
+        s3 = client(gateway)
+        s3.create_bucket(Bucket="up-sealed")
+        s3.put_object(Bucket="up-sealed", Key="note.txt", Body=MARKER * 5, Metadata={"m": MARKER.decode()})
+        parts = (os.urandom(5 * 2**20) + MARKER) * 2
+        s3.upload_fileobj(io.BytesIO(parts), "up-sealed", "multi.bin",
+                          Config=TransferConfig(multipart_threshold=5 * 2**20,
+                                                multipart_chunksize=5 * 2**20 + len(MARKER)))
+        assert s3.get_object(Bucket="up-sealed", Key="multi.bin")["Body"].read() == parts
+        assert s3.head_object(Bucket="up-sealed", Key="multi.bin")["ContentLength"] == len(parts)
+        raw = seaweed.client()
+        listed = raw.list_objects_v2(Bucket=UPSTREAM_BUCKET, Prefix="sealing-test/")["Contents"]
+        assert listed
+        for item in listed:
+            got = raw.get_object(Bucket=UPSTREAM_BUCKET, Key=item["Key"])
+            assert MARKER not in got["Body"].read(), item["Key"]
+            assert MARKER.decode() not in json.dumps(got["Metadata"])
+        for path in raw_files(seaweed.dir / "data"):
+            assert MARKER not in path.read_bytes(), path
+    finally:
+        gateway.stop()

@@ -5,9 +5,13 @@ Eight client threads (one boto3 client each, retries off) run a fixed number of
 mixed operations over a small key space, so that writes, reads, copies, deletes,
 listings and multipart completions of the same keys interleave. Every body a
 client writes encodes its key, writer and sequence number and is reproducible
-from that recipe, so any byte a reader gets back can be checked against the one
-complete version it claims (by ETag) to be. Checks that depend on every write's
-outcome being known (was this version acknowledged?) run after the threads stop.
+from that recipe. The gateway seals objects at rest, so an ETag is opaque (the
+MD5 of the sealed bytes); each writer records the ETag its PUT or Complete was
+answered with, and every ETag names at most one version. Readers record what
+they saw (ETag, range, size, MD5 of the bytes); as a reader can see a version
+before its writer's response arrives, those observations are checked after the
+threads stop, when every write's outcome and ETag is known: each must be one
+complete version a client wrote, acknowledged for that key.
 Then the gateway is stopped with SIGTERM and started again on the same data
 directory, and everything is read back once more.
 """
@@ -16,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 import threading
 import time
 import warnings
@@ -64,11 +69,10 @@ class Recipe:
     def size(self) -> int:
         return sum(self.sizes)
 
-    def etag(self) -> str:
-        if len(self.sizes) == 1:
-            return hashlib.md5(self.part(0)).hexdigest()
-        md5s = b"".join(hashlib.md5(self.part(n)).digest() for n in range(len(self.sizes)))
-        return f"{hashlib.md5(md5s).hexdigest()}-{len(self.sizes)}"
+    def etag_shape(self) -> re.Pattern:
+        """What an ETag of this version looks like: 32 hex digits, "-N" for N parts."""
+        parts = len(self.sizes)
+        return re.compile(r"[0-9a-f]{32}" + (f"-{parts}" if parts > 1 else ""))
 
 
 def _header_len(key: str, writer: int, seq: int) -> int:
@@ -81,13 +85,13 @@ def _header_len(key: str, writer: int, seq: int) -> int:
 @dataclass
 class Record:
     lock: threading.Lock = field(default_factory=threading.Lock)
-    #: every version some client tried to write, by ETag (registered before sending)
-    intents: dict[str, Recipe] = field(default_factory=dict)
+    #: every version a write was answered for with success, by the ETag of that answer
+    versions: dict[str, Recipe] = field(default_factory=dict)
     #: (key, etag) of every write to key that was acknowledged with success
     acked: set[tuple[str, str]] = field(default_factory=set)
     #: etags that reached a key through a CopyObject (an ETag may come back that way)
     copied: set[tuple[str, str]] = field(default_factory=set)
-    #: what readers saw: (op, key, etag, start, end, md5 of bytes or None, size)
+    #: what readers saw: (op, key, etag, start, end, md5 of bytes or None, size, first bytes)
     seen: list[tuple] = field(default_factory=list)
     statuses: Counter = field(default_factory=Counter)
     server_errors: list[str] = field(default_factory=list)
@@ -101,17 +105,50 @@ class Record:
     mpu_races: list[tuple[str, object, object]] = field(default_factory=list)
     spurious: Counter = field(default_factory=Counter)  # odd but tolerated outcomes
 
-    def intend(self, recipe: Recipe) -> str:
-        etag = recipe.etag()
+    def written(self, op: str, key: str, recipe: Recipe, etag: str) -> None:
+        """A write of ``recipe`` to ``key`` was answered with success and ``etag``."""
         with self.lock:
-            self.intents[etag] = recipe
-        return etag
+            if not recipe.etag_shape().fullmatch(etag):
+                self.integrity.append(f"{op} {key}: ETag {etag} is not of the form "
+                                      f"{recipe.etag_shape().pattern} ({recipe})")
+            other = self.versions.setdefault(etag, recipe)
+            if other != recipe:
+                self.integrity.append(f"{op} {key}: ETag {etag} names two versions, "
+                                      f"{other} and {recipe}")
+            self.acked.add((key, etag))
 
     def ack(self, key: str, etag: str, copied: bool = False) -> None:
         with self.lock:
             self.acked.add((key, etag))
             if copied:
                 self.copied.add((key, etag))
+
+    def check_seen(self) -> list[str]:
+        """Every observation against the version its ETag names: run once every write
+        has finished, so that every acknowledged version's ETag is known. The bytes of
+        each version are rebuilt once, for all the observations of it."""
+        problems = []
+        by_etag: dict[str, list[tuple]] = defaultdict(list)
+        for seen in self.seen:
+            by_etag[seen[2]].append(seen)
+        for etag, seen in sorted(by_etag.items()):
+            recipe = self.versions.get(etag)
+            if recipe is None:
+                problems.extend(f"{op} {key}: ETag {etag} is no version any client's write was "
+                                f"answered with (first bytes {head!r})"
+                                for op, key, _, _, _, _, _, head in seen)
+                continue
+            full = recipe.body() if any(s[5] is not None for s in seen) else b""
+            for op, key, _, start, end, digest, total, head in seen:
+                if total is not None and total != recipe.size:
+                    problems.append(f"{op} {key}: size {total} but version {etag} ({recipe}) "
+                                    f"has {recipe.size}")
+                if digest is not None:
+                    want = full[start:end if end is not None else len(full)]
+                    if digest != hashlib.md5(want).hexdigest():
+                        problems.append(f"{op} {key} [{start}:{end}]: bytes differ from version "
+                                        f"{etag} ({recipe}); got head {head!r}")
+        return problems
 
 
 def _etag(value: str) -> str:
@@ -171,44 +208,28 @@ class Worker:
 
     def observe(self, op: str, key: str, etag: str, start: int, end: int | None,
                 body: bytes | None, total: int | None) -> None:
-        """Check the bytes now against the version the ETag names; whether that version
-        was acknowledged for this key is checked once every write has finished."""
-        rec = self.rec
-        with rec.lock:
-            recipe = rec.intents.get(etag)
-            rec.seen.append((op, key, etag, start, end,
-                             None if body is None else hashlib.md5(body).hexdigest(), total))
-        if recipe is None:
-            with rec.lock:
-                rec.integrity.append(f"{op} {key}: ETag {etag} is no version any client wrote")
-            return
-        if total is not None and total != recipe.size:
-            with rec.lock:
-                rec.integrity.append(f"{op} {key}: size {total} but version {etag} "
-                                     f"({recipe}) has {recipe.size}")
-        if body is not None:
-            full = recipe.body()
-            want = full[start:end if end is not None else len(full)]
-            if body != want:
-                with rec.lock:
-                    rec.integrity.append(
-                        f"{op} {key} [{start}:{end}]: {len(body)} bytes differ from version "
-                        f"{etag} ({recipe}); got head {body[:60]!r}")
+        """Record what a read saw. The writer of the version it names may not have had its
+        answer (with the ETag) yet, so the bytes, the size and whether that version was
+        acknowledged for this key are checked once every write has finished
+        (``Record.check_seen``)."""
+        digest = None if body is None else hashlib.md5(body).hexdigest()
+        with self.rec.lock:
+            self.rec.seen.append((op, key, etag, start, end, digest, total,
+                                  None if body is None else body[:60]))
 
     # -- operations -------------------------------------------------------------
 
-    def put(self, key: str, recipe: Recipe, op: str, expected: set, **cond) -> int | None:
-        etag = self.rec.intend(recipe)
+    def put(self, key: str, recipe: Recipe, op: str, expected: set,
+            **cond) -> tuple[int | None, str | None]:
+        """The write's status, and the ETag it was answered with if it succeeded."""
         status, resp, _ = self.call(op, expected, self.s3.put_object, key=key, Bucket=BUCKET,
                                     Key=key, Body=recipe.body(), **cond)
-        if status == 200:
-            got = _etag(resp["ETag"])
-            if got != etag:
-                with self.rec.lock:
-                    self.rec.integrity.append(f"{op} {key}: ETag {got}, expected {etag}")
-            self.rec.ack(key, got)
-            self.last_etag[key] = got
-        return status
+        if status != 200:
+            return status, None
+        got = _etag(resp["ETag"])
+        self.rec.written(op, key, recipe, got)
+        self.last_etag[key] = got
+        return status, got
 
     def op_put_small(self, key):
         self.put(key, self.next_recipe(key, (self.small_size(key),)), "put_small", {200})
@@ -231,10 +252,10 @@ class Worker:
             base = _etag(resp["ETag"])
         size = self.small_size(key) if self.rng.random() < 0.7 else self.rng.randint(LARGE_MIN, LARGE_MAX)
         recipe = self.next_recipe(key, (size,))
-        status = self.put(key, recipe, "put_if_match", {200, 404, 412}, IfMatch=f'"{base}"')
-        if status == 200:
+        _, etag = self.put(key, recipe, "put_if_match", {200, 404, 412}, IfMatch=f'"{base}"')
+        if etag is not None:
             with self.rec.lock:
-                self.rec.if_match_wins.append((key, base, recipe.etag()))
+                self.rec.if_match_wins.append((key, base, etag))
 
     def op_get(self, key):
         status, resp, body = self.call("get", {200, 404}, self.s3.get_object, read_body=True,
@@ -348,7 +369,6 @@ class Worker:
     def op_multipart(self, key):
         tail = self.rng.randint(1, 64 * 1024)
         recipe = self.next_recipe(key, (PART_SIZE, tail))
-        etag = self.rec.intend(recipe)
         status, resp, _ = self.call("mpu_create", {200}, self.s3.create_multipart_upload,
                                     key=key, Bucket=BUCKET, Key=key)
         if status != 200:
@@ -399,10 +419,7 @@ class Worker:
                 self.rec.mpu_races.append((uid, status, abort_result.get("status")))
         if status == 200:
             got = _etag(resp["ETag"])
-            if got != etag:
-                with self.rec.lock:
-                    self.rec.integrity.append(f"mpu {key}: ETag {got}, expected {etag}")
-            self.rec.ack(key, got)
+            self.rec.written("mpu", key, recipe, got)
             self.last_etag[key] = got
 
     def cas_round(self, n: int) -> None:
@@ -414,7 +431,7 @@ class Worker:
         key = f"cas/{n:03d}"
         recipe = self.next_recipe(key, (self.rng.randint(_header_len(key, self.wid, self.seq + 1),
                                                          4096),))
-        status = self.put(key, recipe, "cas_if_none_match", {200, 412}, IfNoneMatch="*")
+        status, _ = self.put(key, recipe, "cas_if_none_match", {200, 412}, IfNoneMatch="*")
         with self.rec.lock:
             self.rec.cas_rounds[key].append(status)
 
@@ -476,7 +493,7 @@ def _check_stored(s3, rec: Record, listing: dict[str, tuple[str, int]], when: st
         resp = s3.get_object(Bucket=BUCKET, Key=key)
         body = resp["Body"].read()
         got = _etag(resp["ETag"])
-        recipe = rec.intents.get(got)
+        recipe = rec.versions.get(got)
         if got != etag or len(body) != size:
             problems.append(f"{when}: {key} listed as {etag}/{size}, GET gave {got}/{len(body)}")
         if (key, got) not in rec.acked:
@@ -532,12 +549,18 @@ def test_concurrent_mixed_workload(tmp_path):
                           stacklevel=1)
         assert not rec.unexpected, f"unexpected outcomes: {rec.unexpected[:20]}\n{summary}"
 
-        # 2. Every body and every listed/HEAD size is one complete version a client wrote...
-        assert not rec.integrity, f"integrity: {rec.integrity[:20]}\n{summary}"
+        # 2. Every ETag a write was answered with has the version's shape ("-2" for the
+        #    two-part uploads) and names no other version; a copy answers the ETag of a
+        #    version written before (it keeps the sealed bytes); every body and every
+        #    listed/HEAD size is one complete version a client wrote...
+        integrity = rec.integrity + rec.check_seen()
+        integrity += [f"copy to {key} answered ETag {etag}, which no write was answered with"
+                      for key, etag in sorted(rec.copied) if etag not in rec.versions]
+        assert not integrity, f"integrity ({len(integrity)}): {integrity[:20]}\n{summary}"
         # ...and that version's write to that key was acknowledged.
-        never_acked = [s for s in rec.seen if (s[1], s[2]) not in rec.acked]
-        assert not never_acked, (f"{len(never_acked)} reads saw versions whose write failed: "
-                                 f"{never_acked[:10]}\n{summary}")
+        never_acked = [s[:7] for s in rec.seen if (s[1], s[2]) not in rec.acked]
+        assert not never_acked, (f"{len(never_acked)} reads saw versions never acknowledged "
+                                 f"for their key: {never_acked[:10]}\n{summary}")
 
         # 3. Conditional writes: of the If-None-Match: * writers of a fresh key exactly one
         #    wins; no ETag is the If-Match base of two winners unless a copy brought it back.

@@ -100,6 +100,14 @@ class ReceiveReader:
         self._pending = self._pending[n:]
         return chunk.obj if len(chunk) == len(chunk.obj) else bytes(chunk)
 
+    @property
+    def complete(self) -> bool:
+        """Whether the whole body has arrived. A response sent before that must close the
+        connection: otherwise the rest of the body (or, from a client that waited for
+        100-continue and got a final answer instead, its next request) would be parsed
+        as this request's body, and that client would wait for an answer forever."""
+        return not self._more
+
     def _read_all(self) -> bytes:
         parts = []
         while chunk := self.read(PULL_SIZE):

@@ -98,6 +98,8 @@ class S3App:
         except Exception as exc:  # noqa: BLE001 - every failure becomes an S3 error
             response, op_name = self._error_response(exc, req, request_id, scope), None
         response.headers.append(("x-amz-request-id", request_id))
+        if req is not None and isinstance(req.body, ReceiveReader) and not req.body.complete:
+            response.headers.append(("connection", "close"))  # see ReceiveReader.complete
         sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
         if not outcome.recorded:
             outcome.status, outcome.bytes_out = response.status, sent

@@ -101,7 +101,8 @@ class IncompleteBody(StoreError):
 class StoreUnavailable(StoreError):
     """The storage backend is not reachable; retry later."""
 
-    code = "ServiceUnavailable"
+    #: 503 with Retry-After, which S3 clients (boto3, the aws cli, rclone...) back off on
+    code = "SlowDown"
 
 
 @dataclass(frozen=True)

@@ -41,12 +41,14 @@ from .base import (
     IncompleteBody,
     ListPage,
     MetaUpdate,
+    NoSuchUpload,
     ObjectInfo,
     ObjectMeta,
     ObjectStore,
     PartInfo,
     PreconditionFailed,
     Readable,
+    SourceChanged,
     StoreError,
     StoreUnavailable,
     UploadInfo,
@@ -55,6 +57,10 @@ from .base import (
 
 #: How many multipart layouts (part sizes) are remembered, keyed by ETag.
 LAYOUT_CACHE = 1024
+#: How much of an object is read while opening it.
+PRIME = 64 * 1024
+#: Marks a value the backend keeps for us in sealed form (a part's checksum).
+SEALED_VALUE = "sealed:"
 #: What the backend is told a sealed object's type is.
 SEALED_TYPE = "application/vnd.orgmem.sealed"
 
@@ -95,14 +101,27 @@ class SealedReader:
     """An open sealed object: plaintext info and the decrypted range. An integrity failure
     while streaming becomes the store's error; no unauthenticated byte is ever returned."""
 
-    def __init__(self, info: ObjectInfo, opening: stream.OpeningReader, unused: list) -> None:
+    def __init__(self, info: ObjectInfo, opening: stream.OpeningReader, unused: list,
+                 first: bytes = b"") -> None:
         self.info = info
         self._opening = opening
         self._unused = unused  # a backend reader opened ahead and not (yet) handed over
+        self._first = first  # read ahead while opening
 
     def read(self, n: int = -1) -> bytes:
+        if self._first:
+            if n < 0:
+                rest, self._first = self._first + self._read(-1), b""
+                return rest
+            piece, self._first = self._first[:n], self._first[n:]
+            return piece
+        return self._read(n)
+
+    def _read(self, n: int) -> bytes:
         try:
-            return self._opening.read1(n) if n > 0 else self._opening.read(n)
+            # Whole requested sizes: a short read costs the caller another hop to a thread,
+            # which is dearer than the copy read(n) makes.
+            return self._opening.read(n)
         except VaultError as exc:
             raise _store_error(exc, self.info.bucket, self.info.key) from None
 
@@ -166,9 +185,21 @@ class SealedStore:
                    condition: WriteCondition | None = None,
                    finalize: Finalizer | None = None) -> ObjectInfo:
         dek = stream.new_data_key()
-        stored = self._seal(dek, meta, identity(bucket, key))
+        ident = identity(bucket, key)
+        stored = self._seal(dek, meta, ident)
+
+        def reseal() -> dict[str, str]:
+            """Checksums known only at the end of the body go into the sealed metadata;
+            the backend is given nothing to record in clear."""
+            found = finalize() or {}
+            if found:
+                meta.checksums.update(found)
+                meta.checksum_type = meta.checksum_type or "FULL_OBJECT"
+                stored.sealed_meta = self._seal(dek, meta, ident).sealed_meta
+            return {}
+
         info = self.inner.put_object(bucket, key, stream.SealingReader(dek, body), stored,
-                                     condition, finalize)
+                                     condition, reseal if finalize is not None else None)
         return replace(info, size=plain_size(info.size, info.etag), meta=meta)
 
     def head_object(self, bucket: str, key: str) -> ObjectInfo:
@@ -176,6 +207,23 @@ class SealedStore:
 
     def open_object(self, bucket: str, key: str, start: int = 0,
                     end: int | None = None) -> SealedReader:
+        """Opens and reads the first piece at once, so an object replaced between its size
+        and its bytes being looked up is opened again here, not failed mid-response."""
+        for _ in range(3):
+            reader = self._open_reader(bucket, key, start, end)
+            try:
+                first = reader._read(PRIME) if reader.info.size else b""
+            except PreconditionFailed:
+                reader.close()
+                continue
+            except BaseException:
+                reader.close()
+                raise
+            reader._first = first
+            return reader
+        raise StoreUnavailable("The object keeps changing while being opened; retry.")
+
+    def _open_reader(self, bucket: str, key: str, start: int, end: int | None) -> SealedReader:
         # A whole read opens the backend once: its info and its stream come together.
         whole = start == 0 and end is None
         ahead = [self.inner.open_object(bucket, key)] if whole else []
@@ -212,7 +260,7 @@ class SealedStore:
         """Copies the sealed bytes as they are; only the data key is rewrapped for the new name."""
         source = self.inner.head_object(src_bucket, src_key)
         if source_etag is not None and source.etag != source_etag:
-            raise PreconditionFailed("The copy source changed while it was being copied; retry.")
+            raise SourceChanged()
         dek, plain = self._object(source)
         new_meta = meta if meta is not None else plain.meta
         stored = self._seal(dek, new_meta, identity(bucket, key, parts_in(source.etag)))
@@ -252,26 +300,50 @@ class SealedStore:
                                  "sealed.")
         dek, _ = self._upload(bucket, key, upload_id)
         sealing = stream.SealingReader(dek, body, part_number=part_number, plain_size=size)
+
+        def sealed_checksums() -> dict[str, str]:
+            """A part's plaintext checksums, kept by the backend only in sealed form."""
+            found = finalize() or {}
+            return {name: SEALED_VALUE + stream.seal_metadata(dek, value.encode(), b"checksum")
+                    for name, value in found.items()}
+
         try:
-            part = self.inner.upload_part(bucket, key, upload_id, part_number, sealing, finalize,
+            part = self.inner.upload_part(bucket, key, upload_id, part_number, sealing,
+                                          sealed_checksums if finalize is not None else None,
                                           size=stream.part_sealed_size(size))
         except stream.SizeMismatch:
             raise IncompleteBody() from None
-        return replace(part, size=size)
+        return replace(part, size=size, checksums=self._open_checksums(dek, part.checksums))
+
+    def _open_checksums(self, dek: bytes, checksums: dict[str, str]) -> dict[str, str]:
+        opened = {}
+        for name, value in checksums.items():
+            if value.startswith(SEALED_VALUE):
+                try:
+                    value = stream.open_metadata(dek, value[len(SEALED_VALUE):], b"checksum").decode()
+                except VaultError as exc:
+                    raise SealError(f"a part checksum cannot be opened: {exc}") from None
+            opened[name] = value
+        return opened
 
     def complete_multipart(self, bucket: str, key: str, upload_id: str,
                            parts: Sequence[tuple[int, str]], condition: WriteCondition | None = None,
                            meta_update: MetaUpdate | None = None) -> ObjectInfo:
         """Completes, rebinding the data key to the final part count, so an object cut back
         to fewer parts on the backend no longer opens."""
-        dek, upload = self._upload(bucket, key, upload_id)
-        final_meta = upload.meta
+        try:
+            dek, upload = self._upload(bucket, key, upload_id)
+        except NoSuchUpload:
+            # Completed already (a retry whose first answer was lost): the backend answers
+            # with that object while it is current, without calling ``reseal``.
+            return self._object(self.inner.complete_multipart(bucket, key, upload_id, parts,
+                                                              condition, None))[1]
 
         def reseal(stored: ObjectMeta, chosen: Sequence[PartInfo]) -> ObjectMeta:
-            nonlocal final_meta
-            plain = [replace(p, size=stream.part_plain_size(p.size)) for p in chosen]
-            final_meta = meta_update(upload.meta, plain) if meta_update else upload.meta
-            return self._seal(dek, final_meta, identity(bucket, key, len(chosen)))
+            plain = [replace(p, size=stream.part_plain_size(p.size),
+                             checksums=self._open_checksums(dek, p.checksums)) for p in chosen]
+            final = meta_update(upload.meta, plain) if meta_update else upload.meta
+            return self._seal(dek, final, identity(bucket, key, len(chosen)))
 
         info = self.inner.complete_multipart(bucket, key, upload_id, parts, condition, reseal)
         return self._object(info)[1]
@@ -280,7 +352,9 @@ class SealedStore:
         self.inner.abort_multipart(bucket, key, upload_id)
 
     def list_parts(self, bucket: str, key: str, upload_id: str) -> list[PartInfo]:
-        return [replace(p, size=stream.part_plain_size(p.size))
+        dek, _ = self._upload(bucket, key, upload_id)
+        return [replace(p, size=stream.part_plain_size(p.size),
+                        checksums=self._open_checksums(dek, p.checksums))
                 for p in self.inner.list_parts(bucket, key, upload_id)]
 
     def list_uploads(self, bucket: str, prefix: str = "") -> list[UploadInfo]:
