@@ -44,8 +44,9 @@ import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -208,7 +209,7 @@ class MemWatch:
         while not self._stop.wait(0.01):
             self.peak_sampled = max(self.peak_sampled, tree_rss_bytes(self.root))
 
-    def __enter__(self) -> "MemWatch":
+    def __enter__(self) -> MemWatch:
         self.hwm_ok = reset_hwm(self.root)
         self.before = tree_rss_bytes(self.root)
         self.peak_sampled = self.before
@@ -253,7 +254,7 @@ class ServerError(RuntimeError):
 class Server:
     """A server process started in its own session/process group."""
 
-    live: list["Server"] = []
+    live: list[Server] = []
 
     def __init__(self, name: str, bin_dir: Path, base_tmp: Path):
         self.name = name
@@ -1205,7 +1206,7 @@ def main(argv: list[str] | None = None) -> int:
                         capture_output=True, text=True).stdout.strip()
     doc = {
         "bench": "s3_bench", "version": 1,
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "host": {"cpus": os.cpu_count(), "kernel": platform.release(), "python": platform.python_version(),
                  "tmp_fs": fs},
         "plan": plan.describe(),
