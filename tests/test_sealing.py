@@ -377,3 +377,59 @@ def test_no_plaintext_reaches_the_upstream_bucket(tmp_path, seaweed):
             assert MARKER not in path.read_bytes(), path
     finally:
         gateway.stop()
+
+
+def test_aws_kms_kek_through_the_gateway(tmp_path):
+    """--kek aws-kms:KEY against moto's KMS server: sealing works, and PUTs and GETs keep
+    working while KMS is down, on the cached intermediate key (as S3 Bucket Keys do)."""
+    import sys
+    import time
+    import urllib.request
+
+    from servers import free_port
+
+    port = free_port()
+    moto = subprocess.Popen([str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    aws = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL_KMS": endpoint}
+    gateway = None
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                assert time.time() < deadline, "moto_server did not start"
+                time.sleep(0.1)
+        kms = boto3.client("kms", endpoint_url=endpoint, region_name="us-east-1",
+                           aws_access_key_id="testing", aws_secret_access_key="testing")
+        key_id = kms.create_key()["KeyMetadata"]["KeyId"]
+        gateway = Gateway(tmp_path / "data", extra_args=["--kek", f"aws-kms:{key_id}"], env=aws).start()
+        s3 = client(gateway)
+        s3.create_bucket(Bucket="kms-sealed")
+        s3.put_object(Bucket="kms-sealed", Key="before", Body=MARKER)
+        assert not (tmp_path / "data.keyring.json").exists()
+        moto.terminate()
+        moto.wait(10)
+        s3.put_object(Bucket="kms-sealed", Key="during", Body=MARKER * 2)
+        assert s3.get_object(Bucket="kms-sealed", Key="before")["Body"].read() == MARKER
+        assert s3.get_object(Bucket="kms-sealed", Key="during")["Body"].read() == MARKER * 2
+        gateway.stop()
+        refused = subprocess.run([str(BIN / "orgmem"), "serve", "--port", "1", "--data", str(tmp_path / "data"),
+                                  "--kek", f"aws-kms:{key_id}"], env={**os.environ, **aws,
+                                  "ORGMEM_ROOT_ACCESS_KEY": gateway.access_key,
+                                  "ORGMEM_ROOT_SECRET_KEY": gateway.secret_key},
+                                 capture_output=True, text=True, timeout=120)
+        assert refused.returncode != 0 and "KMS" in refused.stderr
+        for path in raw_files(tmp_path / "data"):
+            if path.suffix != ".jsonl":
+                assert MARKER not in path.read_bytes(), path
+    finally:
+        if gateway is not None:
+            gateway.stop()
+        if moto.poll() is None:
+            moto.kill()
+            moto.wait()
