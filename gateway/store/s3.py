@@ -50,6 +50,7 @@ import secrets
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -354,6 +355,10 @@ class S3ObjectReader:
                 pass
 
 
+#: Completion records remembered (a few hundred bytes each).
+RECORD_CACHE = 4096
+
+
 class S3Store:
     """An ObjectStore in one bucket (and prefix) of an S3-compatible service.
 
@@ -374,6 +379,10 @@ class S3Store:
         self.bucket = bucket
         self.prefix = prefix
         self.endpoint = endpoint
+        #: completion records by (bucket, key, record, etag): immutable once written, so
+        #: safe to remember whatever other gateways do; saves a GET per read of a multipart object
+        self._records: OrderedDict[tuple[str, str, str, str], dict | None] = OrderedDict()
+        self._records_lock = threading.Lock()
         self.single_put_limit = single_put_limit
         self.spool_memory = spool_memory
         self.copy_limit = copy_limit
@@ -605,7 +614,7 @@ class S3Store:
         record = doc.get("r") if isinstance(doc.get("r"), str) else None
         count = _etag_parts(etag)
         if record is not None:
-            done = self._get_json(self._done_name(bucket, key, record))
+            done = self._completion(bucket, key, record, etag)
             if done is not None and done.get("etag") == etag:
                 meta = _meta(done.get("m"))
                 part_sizes = _unrle(done.get("ps"))
@@ -616,6 +625,20 @@ class S3Store:
         info = ObjectInfo(bucket, key, size, etag, modified, meta, tuple(part_sizes))
         writer = doc.get("w") if isinstance(doc.get("w"), str) else None
         return _Head(info, writer, record)
+
+    def _completion(self, bucket: str, key: str, record: str, etag: str) -> dict | None:
+        cache_key = (bucket, key, record, etag)
+        with self._records_lock:
+            if cache_key in self._records:
+                self._records.move_to_end(cache_key)
+                return self._records[cache_key]
+        done = self._get_json(self._done_name(bucket, key, record))
+        if done is not None and done.get("etag") == etag:
+            with self._records_lock:
+                self._records[cache_key] = done
+                while len(self._records) > RECORD_CACHE:
+                    self._records.popitem(last=False)
+        return done
 
     def _head(self, bucket: str, key: str) -> _Head:
         try:
