@@ -55,6 +55,8 @@ from .base import (
     WriteCondition,
 )
 
+#: How many recently opened objects keep their data key and metadata in memory.
+OPENED_CACHE = 4096
 #: How many multipart layouts (part sizes) are remembered, keyed by ETag.
 LAYOUT_CACHE = 1024
 #: How much of an object is read while opening it.
@@ -136,6 +138,8 @@ class SealedStore:
         self.inner = inner
         self.keys = keys
         self._layouts: OrderedDict[tuple[str, str, str], list[int]] = OrderedDict()
+        #: opened data keys and metadata of recently read objects (see _open)
+        self._opened: OrderedDict[tuple, tuple[bytes, ObjectMeta]] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- keys and metadata -----------------------------------------------------------
@@ -147,7 +151,23 @@ class SealedStore:
                           sealed_meta=stream.seal_metadata(dek, client, ident))
 
     def _open(self, stored: ObjectMeta, ident: bytes, bucket: str, key: str) -> tuple[bytes, ObjectMeta]:
-        """The data key and the client's metadata of a stored object."""
+        """The data key and the client's metadata of a stored object; remembered for hot
+        objects, keyed by everything they were opened from, so a changed byte misses."""
+        cache_key = (ident, stored.sealed, stored.sealed_meta)
+        with self._lock:
+            hit = self._opened.get(cache_key)
+            if hit is not None:
+                self._opened.move_to_end(cache_key)
+                return hit[0], replace(hit[1], user=dict(hit[1].user), checksums=dict(hit[1].checksums))
+        dek, meta = self._open_uncached(stored, ident, bucket, key)
+        with self._lock:
+            self._opened[cache_key] = (dek, meta)
+            while len(self._opened) > OPENED_CACHE:
+                self._opened.popitem(last=False)
+        return dek, replace(meta, user=dict(meta.user), checksums=dict(meta.checksums))
+
+    def _open_uncached(self, stored: ObjectMeta, ident: bytes, bucket: str,
+                       key: str) -> tuple[bytes, ObjectMeta]:
         if not stored.sealed or not stored.sealed_meta:
             raise SealError(f"{bucket}/{key} is stored without a data key: it was not written "
                             "through this gateway's sealed store.")
