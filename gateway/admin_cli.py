@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import sys
 import time
 from collections import deque
@@ -40,6 +41,15 @@ AUDIT_READ_ACTION = "admin:ReadAudit"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _DURATION = re.compile(r"(?:\d+[smhd])+")
 _DURATION_PART = re.compile(r"(\d+)([smhd])")
+
+
+def _stop_on_signals() -> None:
+    """Ctrl-C and SIGTERM end ``--follow`` cleanly, even when the shell that started it in the
+    background set SIGINT to be ignored (which Python would otherwise keep)."""
+    def stop(signum, frame):
+        raise KeyboardInterrupt
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, stop)
 
 
 def parse_duration(text: str) -> int:
@@ -679,6 +689,7 @@ def audit_tail(follow: bool, principal: str | None, denied: bool, since: str | N
     printer(list(last))
     if not follow:
         return
+    _stop_on_signals()
     try:
         while True:
             time.sleep(FOLLOW_INTERVAL)
