@@ -212,11 +212,17 @@ def _credentials_json(creds: Mapping[str, Any]) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- the group
 
+def gateway_options(group):
+    """``--endpoint`` and ``--ca-bundle``, shared by every command group that calls the gateway."""
+    group = click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False),
+                         help="PEM file of the CA that signed the gateway's certificate "
+                              "(default $ORGMEM_CA_BUNDLE).")(group)
+    return click.option("--endpoint", metavar="URL",
+                        help="Gateway URL (default $ORGMEM_ENDPOINT, else http://127.0.0.1:9000).")(group)
+
+
 @click.group(cls=_AdminGroup)
-@click.option("--endpoint", metavar="URL",
-              help="Gateway URL (default $ORGMEM_ENDPOINT, else http://127.0.0.1:9000).")
-@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False),
-              help="PEM file of the CA that signed the gateway's certificate (default $ORGMEM_CA_BUNDLE).")
+@gateway_options
 @click.pass_context
 def admin(ctx: click.Context, endpoint: str | None, ca_bundle: str | None) -> None:
     """Manage agents, keys, teams and policies, and read the audit log.

@@ -21,15 +21,13 @@ from io import BytesIO
 
 import orjson
 
-from .store.base import NoSuchKey, ObjectMeta, ObjectStore, StoreError
+from .sealing import UNSEALED_PREFIX, read_internal, sealed_objects
+from .store.base import INTERNAL_BUCKET, NoSuchKey, ObjectMeta, StoreError
 from .store.sealed import SealedStore
 
-INTERNAL_BUCKET = ".orgmem"
-CHECKPOINT = "vault/rewrap.json"
+CHECKPOINT = UNSEALED_PREFIX + "rewrap.json"
 #: Objects rewrapped at once within a batch.
 REWRAP_WORKERS = 8
-#: Bookkeeping that is deliberately not sealed (see sealing.py).
-_UNSEALED_PREFIX = "vault/"
 
 
 class RotationError(Exception):
@@ -125,21 +123,7 @@ class KeyRotation:
     # -- walking the store ---------------------------------------------------------
 
     def _objects(self, after: tuple[str, str] | None = None) -> Iterator[tuple[str, str]]:
-        """Every sealed object of every bucket, internal ones included, in (bucket, key) order."""
-        inner: ObjectStore = self.sealed.inner
-        for bucket in sorted(b.name for b in inner.list_buckets()):
-            if after is not None and bucket < after[0]:
-                continue
-            marker = after[1] if after is not None and bucket == after[0] else ""
-            while True:
-                page = inner.list_objects(bucket, after=marker, limit=1000)
-                for entry in page.entries:
-                    if bucket == INTERNAL_BUCKET and entry.key.startswith(_UNSEALED_PREFIX):
-                        continue
-                    yield bucket, entry.key
-                if not page.is_truncated or not page.next_marker:
-                    break
-                marker = page.next_marker
+        return sealed_objects(self.sealed.inner, after)
 
     def _version(self, bucket: str, key: str) -> tuple[str, int] | None:
         try:
@@ -152,14 +136,10 @@ class KeyRotation:
     # -- checkpoint ------------------------------------------------------------------
 
     def _checkpoint(self) -> tuple[str, str] | None:
-        try:
-            reader = self.sealed.inner.open_object(INTERNAL_BUCKET, CHECKPOINT)
-        except NoSuchKey:
+        raw = read_internal(self.sealed.inner, CHECKPOINT)
+        if raw is None:
             return None
-        try:
-            record = orjson.loads(reader.read())
-        finally:
-            reader.close()
+        record = orjson.loads(raw)
         return record["bucket"], record["key"]
 
     def _save_checkpoint(self, position: tuple[str, str] | None) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import getpass
 import sys
 import time
+from collections.abc import Iterator
 from io import BytesIO
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from vault.keys import KeyProvider, provider_from_spec
 from .config import Config
 from .logs import log
 from .store.base import (
+    INTERNAL_BUCKET,
     BucketAlreadyExists,
     NoSuchKey,
     ObjectMeta,
@@ -34,9 +36,11 @@ from .store.base import (
 )
 from .store.sealed import SealedStore
 
-INTERNAL_BUCKET = ".orgmem"
-SEAL_RECORD = "vault/seal.json"
-SALT_RECORD = "vault/passphrase-salt"
+#: Bookkeeping under this prefix of the internal bucket holds no secret and stays unsealed:
+#: the seal record, the passphrase salt, the rewrap checkpoint.
+UNSEALED_PREFIX = "vault/"
+SEAL_RECORD = UNSEALED_PREFIX + "seal.json"
+SALT_RECORD = UNSEALED_PREFIX + "passphrase-salt"
 
 
 class SealingError(Exception):
@@ -50,7 +54,7 @@ class InternalSaltStore:
         self._store = store
 
     def get(self) -> bytes | None:
-        return _read(self._store, SALT_RECORD)
+        return read_internal(self._store, SALT_RECORD)
 
     def put(self, salt: bytes) -> None:
         self._store.put_object(INTERNAL_BUCKET, SALT_RECORD, BytesIO(salt), ObjectMeta(),
@@ -97,25 +101,31 @@ def seal(inner: ObjectStore, config: Config) -> SealedStore:
     return sealed
 
 
+def sealed_objects(inner: ObjectStore,
+                   after: tuple[str, str] | None = None) -> Iterator[tuple[str, str]]:
+    """Every object that is (or must be) sealed, internal ones included, in (bucket, key)
+    order, resuming after ``after``."""
+    for bucket in sorted(b.name for b in inner.list_buckets()):
+        if after is not None and bucket < after[0]:
+            continue
+        marker = after[1] if after is not None and bucket == after[0] else ""
+        while True:
+            page = inner.list_objects(bucket, after=marker, limit=1000)
+            for entry in page.entries:
+                if not (bucket == INTERNAL_BUCKET and entry.key.startswith(UNSEALED_PREFIX)):
+                    yield bucket, entry.key
+            if not page.is_truncated or not page.next_marker:
+                break
+            marker = page.next_marker
+
+
 def seal_plaintext(sealed: SealedStore) -> int:
     """Seal, in place, every object written before sealing existed. Safe to repeat: an
     object already sealed is left alone, one changed meanwhile keeps its new version."""
-    inner, count = sealed.inner, 0
-    for bucket in inner.list_buckets():
-        after = ""
-        while True:
-            page = inner.list_objects(bucket.name, after=after, limit=1000)
-            for entry in page.entries:
-                count += _seal_one(sealed, bucket.name, entry.key)
-            if not page.is_truncated or not page.next_marker:
-                break
-            after = page.next_marker
-    return count
+    return sum(_seal_one(sealed, bucket, key) for bucket, key in sealed_objects(sealed.inner))
 
 
 def _seal_one(sealed: SealedStore, bucket: str, key: str) -> int:
-    if bucket == INTERNAL_BUCKET and key.startswith("vault/"):
-        return 0  # the seal record and the passphrase salt stay readable: they hold no secret
     inner = sealed.inner
     try:
         reader = inner.open_object(bucket, key)
@@ -141,7 +151,7 @@ def _ensure_internal_bucket(inner: ObjectStore) -> None:
 
 
 def _seal_record(inner: ObjectStore) -> dict | None:
-    raw = _read(inner, SEAL_RECORD)
+    raw = read_internal(inner, SEAL_RECORD)
     return orjson.loads(raw) if raw is not None else None
 
 
@@ -156,7 +166,8 @@ def _write_seal_record(inner: ObjectStore, keys: KeyProvider) -> None:
             raise SealingError("another gateway sealed this data under a different KEK") from None
 
 
-def _read(store: ObjectStore, key: str) -> bytes | None:
+def read_internal(store: ObjectStore, key: str) -> bytes | None:
+    """A small object of the internal bucket, whole; None when absent."""
     try:
         reader = store.open_object(INTERNAL_BUCKET, key)
     except NoSuchKey:

@@ -11,7 +11,7 @@ import json
 
 import click
 
-from .admin_cli import _AdminGroup, _console, _Settings, _table, json_option
+from .admin_cli import _AdminGroup, _console, _Settings, _table, gateway_options, json_option
 from .admin_client import AdminClient
 
 
@@ -27,10 +27,7 @@ def _call(method: str, path: str, body: dict | None = None) -> dict:
 
 
 @click.group(cls=_AdminGroup)
-@click.option("--endpoint", metavar="URL",
-              help="Gateway URL (default $ORGMEM_ENDPOINT, else http://127.0.0.1:9000).")
-@click.option("--ca-bundle", type=click.Path(exists=True, dir_okay=False),
-              help="PEM file of the CA that signed the gateway's certificate.")
+@gateway_options
 @click.pass_context
 def vault(ctx: click.Context, endpoint: str | None, ca_bundle: str | None) -> None:
     """Manage the key-encryption key (KEK) that seals everything at rest."""

@@ -344,6 +344,12 @@ def test_rewrap_resumes_from_its_checkpoint(tmp_path):
             with pytest.raises(Exception) as info:
                 call("rewrap", bad)
             assert getattr(info.value, "status", 0) == 400
+        for bad, status in (({"version": 0}, 400), ({"version": "one"}, 400), ({}, 400),
+                            ({"version": 99}, 404), ({"version": 2}, 400)):  # 2 is the primary
+            with pytest.raises(Exception) as info:
+                call("kek/retire", bad)
+            assert getattr(info.value, "status", 0) == status, bad
+        assert set(json.loads(admin._request("GET", "/admin/v1/vault/kek")[2])["versions"]) == {1, 2}
     finally:
         gateway.stop()
 

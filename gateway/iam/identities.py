@@ -26,6 +26,7 @@ import orjson
 
 from ..logs import log
 from ..store.base import (
+    INTERNAL_BUCKET,
     BucketAlreadyExists,
     NoSuchKey,
     ObjectMeta,
@@ -52,7 +53,6 @@ from .model import (
 from .policy import PolicyDocument, PolicyError, PolicySet, parse_policy
 from .principals import Principal, RootCredentials
 
-INTERNAL_BUCKET = ".orgmem"
 DOCUMENT_KEY = "iam/identities.json"
 DEFAULT_POLICIES = ("agent-default",)
 _CAS_ATTEMPTS = 8

@@ -14,6 +14,8 @@ from typing import Protocol
 #: Buckets whose names start with this character hold gateway-internal data.
 #: S3 bucket names can never start with ".", so no client can reach them.
 INTERNAL_PREFIX = "."
+#: The gateway's own bucket: identities, the seal record, checkpoints.
+INTERNAL_BUCKET = ".orgmem"
 
 
 class Readable(Protocol):
