@@ -1,0 +1,1 @@
+"""Biographies: every agent's time-ordered record of what it did."""

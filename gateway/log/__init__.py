@@ -1,0 +1,1 @@
+"""The durable log: group-committed, typed records in the object store."""
