@@ -34,6 +34,7 @@ from .store.base import (
     PreconditionFailed,
     WriteCondition,
 )
+from .store.objects import read_object
 from .store.sealed import SealedStore
 
 #: Bookkeeping under this prefix of the internal bucket holds no secret and stays unsealed:
@@ -168,17 +169,8 @@ def _write_seal_record(inner: ObjectStore, keys: KeyProvider) -> None:
 
 def read_internal(store: ObjectStore, key: str) -> bytes | None:
     """A small object of the internal bucket, whole; None when absent."""
-    try:
-        reader = store.open_object(INTERNAL_BUCKET, key)
-    except NoSuchKey:
-        return None
-    try:
-        chunks = []
-        while chunk := reader.read(1 << 20):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        reader.close()
+    found = read_object(store, INTERNAL_BUCKET, key)
+    return found[0] if found is not None else None
 
 
 __all__ = ["MissingKey", "SealingError", "default_keyring", "seal", "seal_plaintext"]

@@ -1,0 +1,110 @@
+"""Reading the log: which objects lie past a consumer's positions, and what they hold.
+
+Log objects never change once written, so decoded objects are cached (bounded by
+record count); this gateway's own commits enter the cache as they are made, so the
+read-your-writes path of a query rarely touches the store.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..store.base import NoSuchKey, ObjectStore
+from ..store.objects import read_object
+from . import layout
+from .layout import Positions
+from .records import Record, decode
+
+#: Decoded records kept in memory across all cached objects.
+CACHE_RECORDS = 400_000
+_PAGE = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class LogObject:
+    writer: str
+    seq: int
+    records: list[Record]
+
+
+class LogReader:
+    def __init__(self, store: ObjectStore, cache_records: int = CACHE_RECORDS) -> None:
+        self.store = store
+        self._cache: OrderedDict[tuple[str, int], list[Record]] = OrderedDict()
+        self._cached = 0
+        self._limit = cache_records
+        self._lock = threading.Lock()
+
+    def writers(self) -> list[str]:
+        """Every writer that has log objects, oldest first."""
+        out, after = [], ""
+        while True:
+            page = self.store.list_objects(layout.BUCKET, layout.LOG_PREFIX, "/", after, _PAGE)
+            out.extend(p[len(layout.LOG_PREFIX):-1] for p in page.common_prefixes)
+            if not page.is_truncated or not page.next_marker:
+                return out
+            after = page.next_marker
+
+    def pending(self, positions: Positions) -> list[tuple[str, int]]:
+        """(writer, seq) of every log object past ``positions``, each writer in commit order."""
+        found = []
+        for writer in self.writers():
+            found.extend((writer, seq) for seq in self.sequences(writer, positions.get(writer, 0)))
+        return found
+
+    def sequences(self, writer: str, after: int = 0) -> Iterator[int]:
+        prefix = layout.writer_prefix(writer)
+        marker = layout.log_key(writer, after) if after else ""
+        while True:
+            page = self.store.list_objects(layout.BUCKET, prefix, "", marker, _PAGE)
+            for entry in page.entries:
+                parsed = layout.parse_log_key(entry.key)
+                if parsed is not None:
+                    yield parsed[1]
+            if not page.is_truncated or not page.next_marker:
+                return
+            marker = page.next_marker
+
+    def read(self, writer: str, seq: int) -> list[Record] | None:
+        """The records of one object; None if it is gone (collected since it was listed)."""
+        with self._lock:
+            records = self._cache.get((writer, seq))
+            if records is not None:
+                self._cache.move_to_end((writer, seq))
+                return records
+        try:
+            found = read_object(self.store, layout.BUCKET, layout.log_key(writer, seq))
+        except NoSuchKey:
+            found = None
+        if found is None:
+            return None
+        records = decode(found[0], writer, seq)
+        self.remember(writer, seq, records)
+        return records
+
+    def read_pending(self, positions: Positions) -> Iterator[LogObject]:
+        """Every object past ``positions`` with its records, each writer in commit order."""
+        for writer, seq in self.pending(positions):
+            records = self.read(writer, seq)
+            if records is not None:
+                yield LogObject(writer, seq, records)
+
+    def remember(self, writer: str, seq: int, records: list[Record]) -> None:
+        """Cache an object's records (a writer calls this for its own commits)."""
+        with self._lock:
+            if (writer, seq) in self._cache:
+                return
+            self._cache[(writer, seq)] = records
+            self._cached += len(records)
+            while self._cached > self._limit and len(self._cache) > 1:
+                _, old = self._cache.popitem(last=False)
+                self._cached -= len(old)
+
+    def forget(self, writer: str, seq: int) -> None:
+        with self._lock:
+            old = self._cache.pop((writer, seq), None)
+            if old is not None:
+                self._cached -= len(old)

@@ -1,0 +1,126 @@
+"""Typed log records and the encoding of one log object.
+
+Three kinds of record travel on the log, each its own type so a consumer never
+guesses at a shape:
+
+- :class:`BioRecord`: one biography event (the event's compact record dict);
+- :class:`AuditEntry`: one audit record (the audit contract's dict);
+- :class:`DocChanged`: "a document changed" (memory, skill, workspace file), for the
+  search index to pick up.
+
+A log object is zstd-compressed NDJSON: a header line, then one line per record
+``{"k": <kind>, "v": <payload>}``. The header names the format version, the writer and
+its sequence number, and the record count, so a truncated or misplaced object is
+refused rather than half-read. See ``gateway/log/DESIGN.md``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import orjson
+import zstandard
+
+FORMAT_VERSION = 1
+#: zstd level 3: several times smaller than the JSON at hundreds of MB/s on one core
+_LEVEL = 3
+
+
+class LogFormatError(Exception):
+    """A log object that cannot be read: damaged, truncated, or of an unknown format."""
+
+
+@dataclass(frozen=True, slots=True)
+class BioRecord:
+    """One biography event, as :meth:`gateway.biography.events.Event.to_record` gives it."""
+
+    kind: ClassVar[str] = "bio"
+    event: dict[str, Any]
+
+    def payload(self) -> dict[str, Any]:
+        return self.event
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> BioRecord:
+        return cls(payload)
+
+
+@dataclass(frozen=True, slots=True)
+class AuditEntry:
+    """One audit record, keys in the audit contract's order."""
+
+    kind: ClassVar[str] = "audit"
+    record: dict[str, Any]
+
+    def payload(self) -> dict[str, Any]:
+        return self.record
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> AuditEntry:
+        return cls(payload)
+
+
+@dataclass(frozen=True, slots=True)
+class DocChanged:
+    """A document was written or removed; the search index re-reads it from its source."""
+
+    kind: ClassVar[str] = "doc"
+    doc_type: str  # "memory", "skill" or "file"
+    ref: str  # where the document lives: "org/slug", "bucket/key"...
+    op: str  # "put" or "delete"
+    ts: float  # unix seconds of the change
+    version: int | None = None
+    etag: str | None = None
+    by: str | None = None  # the principal who made the change
+
+    def payload(self) -> dict[str, Any]:
+        out = {"type": self.doc_type, "ref": self.ref, "op": self.op, "ts": self.ts}
+        for name in ("version", "etag", "by"):
+            value = getattr(self, name)
+            if value is not None:
+                out[name] = value
+        return out
+
+    @classmethod
+    def from_payload(cls, payload: dict[str, Any]) -> DocChanged:
+        return cls(payload["type"], payload["ref"], payload["op"], payload["ts"],
+                   payload.get("version"), payload.get("etag"), payload.get("by"))
+
+
+Record = BioRecord | AuditEntry | DocChanged
+KINDS: dict[str, type[BioRecord] | type[AuditEntry] | type[DocChanged]] = {
+    cls.kind: cls for cls in (BioRecord, AuditEntry, DocChanged)}
+
+
+def encode(records: list[Record], writer: str, seq: int) -> bytes:
+    """One log object's bytes."""
+    header = {"format": FORMAT_VERSION, "writer": writer, "seq": seq, "count": len(records)}
+    lines = [orjson.dumps(header)]
+    lines.extend(orjson.dumps({"k": r.kind, "v": r.payload()}) for r in records)
+    lines.append(b"")
+    return zstandard.ZstdCompressor(level=_LEVEL).compress(b"\n".join(lines))
+
+
+def decode(data: bytes, writer: str, seq: int) -> list[Record]:
+    """The records of one log object, checked against the name it was read under."""
+    try:
+        text = zstandard.ZstdDecompressor().decompress(data)
+    except zstandard.ZstdError as exc:
+        raise LogFormatError(f"log object {writer}/{seq} is not valid zstd: {exc}") from None
+    lines = text.split(b"\n")
+    try:
+        header = orjson.loads(lines[0])
+        if header.get("format") != FORMAT_VERSION:
+            raise LogFormatError(f"log object {writer}/{seq} has format {header.get('format')!r}; "
+                                 f"this gateway reads format {FORMAT_VERSION}")
+        if header.get("writer") != writer or header.get("seq") != seq:
+            raise LogFormatError(f"log object {writer}/{seq} claims to be "
+                                 f"{header.get('writer')}/{header.get('seq')}")
+        body = [orjson.loads(line) for line in lines[1:] if line]
+        if len(body) != header.get("count"):
+            raise LogFormatError(f"log object {writer}/{seq} holds {len(body)} of its "
+                                 f"{header.get('count')} records")
+        return [KINDS[item["k"]].from_payload(item["v"]) for item in body]
+    except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
+        raise LogFormatError(f"log object {writer}/{seq} is damaged: {exc!r}") from None
