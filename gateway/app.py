@@ -9,15 +9,19 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from .api import bio as bio_api
 from .api.admin import PREFIX as ADMIN_PREFIX
 from .api.admin import build_router
 from .api.rest import RestApp
+from .biography.service import Biographies
+from .biography.stream import BioStream
 from .config import Config
 from .iam.audit import AuditLog
 from .iam.authn import Authenticator
 from .iam.authz import Authorizer
 from .iam.identities import IdentityStore
 from .iam.principals import RootCredentials
+from .log import DurableLog
 from .logs import log
 from .metrics import Metrics
 from .recorder import Recorder
@@ -25,9 +29,14 @@ from .rotation import KeyRotation
 from .s3.context import S3Context
 from .s3.server import S3App
 from .sealing import seal
+from .segments.compactor import CONSUMER as COMPACTOR
+from .segments.compactor import Compactor
+from .segments.files import SegmentFiles
 from .store.base import ObjectStore, StoreError
 from .store.local import LocalStore
 
+#: REST routes of the data services (/v1/events ...): "v1" can never be a bucket name.
+REST_PREFIX = "/v1/"
 #: How often abandoned multipart uploads are looked for.
 UPLOAD_SWEEP_SECONDS = 3600
 #: How often the identities document is checked for changes made by other gateways.
@@ -45,6 +54,8 @@ class Gateway:
     identities: IdentityStore
     audit: AuditLog
     executor: ThreadPoolExecutor
+    durable_log: DurableLog
+    biographies: Biographies
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -54,7 +65,7 @@ class Gateway:
             if path in ("/health", "/ready") and scope["method"] in ("GET", "HEAD") \
                     and not scope.get("query_string"):
                 await self._probe(path, send)
-            elif (path.startswith(ADMIN_PREFIX + "/") or path == "/metrics") \
+            elif (path.startswith(ADMIN_PREFIX + "/") or path.startswith(REST_PREFIX) or path == "/metrics") \
                     and not self._names_bucket(scope):
                 await self.rest(scope, receive, send)
             else:
@@ -86,14 +97,16 @@ class Gateway:
             message = await receive()
             if message["type"] == "lifespan.startup":
                 self.audit.start()
+                self.durable_log.start()
                 sweeper = asyncio.gather(self._sweep_uploads(), self._flush_logs(),
-                                         self._refresh_identities())
+                                         self._refresh_identities(), self._compact())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if sweeper:
                     sweeper.cancel()
                     await asyncio.gather(sweeper, return_exceptions=True)
                 self.executor.shutdown(wait=True, cancel_futures=True)
+                self.durable_log.close()
                 self.audit.close()
                 self.store.close()
                 log.info("stopped")
@@ -115,6 +128,20 @@ class Gateway:
                 await loop.run_in_executor(self.executor, self.identities.refresh)
             except Exception as exc:  # noqa: BLE001 - keep serving with what we have
                 log.warning("identities_refresh_failed", error=exc.__class__.__name__)
+
+    async def _compact(self) -> None:
+        """Turn the log into Parquet now and then; queries read the uncompacted tail meanwhile."""
+        if not self.config.compact_interval:
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.compact_interval)
+            try:
+                result = await loop.run_in_executor(self.executor, self.biographies.compactor.run_once)
+                if result.written or result.conflict:
+                    log.info("compacted", **result.to_dict())
+            except Exception as exc:  # noqa: BLE001 - the next run retries
+                log.warning("compaction_failed", error=exc.__class__.__name__, detail=str(exc)[:200])
 
     async def _sweep_uploads(self) -> None:
         loop = asyncio.get_running_loop()
@@ -156,12 +183,16 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     audit = AuditLog(audit_directory(config))
     metrics = Metrics(store.count_uploads)
     recorder = Recorder(audit, metrics)
-    ctx = S3Context(store=store, region=config.region)
+    durable_log = DurableLog(store, consumers=(COMPACTOR,))
+    files = SegmentFiles(store)
+    biographies = Biographies(store, durable_log, Compactor(durable_log, files, [BioStream()]), files)
+    ctx = S3Context(store=store, region=config.region, biographies=biographies)
     s3 = S3App(ctx, authenticator, executor, authorizer, recorder, domain=config.domain,
                body_timeout=config.body_timeout, inline_io=config.backend == "local")
     router = build_router(identities, authorizer, audit, metrics, KeyRotation(store))
+    bio_api.add_routes(router, biographies)
     rest = RestApp(router, authenticator, authorizer, recorder, executor)
-    return Gateway(config, store, s3, rest, identities, audit, executor)
+    return Gateway(config, store, s3, rest, identities, audit, executor, durable_log, biographies)
 
 
 def audit_directory(config: Config) -> Path:

@@ -10,6 +10,7 @@ import click
 
 from . import logs
 from .admin_cli import admin
+from .bio_cli import bio
 from .config import Config
 from .vault_cli import vault
 
@@ -84,6 +85,7 @@ def serve(config_file: str | None, **flags) -> None:
 
 main.add_command(admin)
 main.add_command(vault)
+main.add_command(bio)
 
 if __name__ == "__main__":
     main()

@@ -42,6 +42,8 @@ class Config:
     backend_region: str | None = None
     #: seconds an upstream request may wait for an answer before it fails (503 to clients)
     backend_timeout: int = 30
+    #: seconds between background compactions of the log into Parquet (0: only on demand)
+    compact_interval: int = 5
     root_access_key: str | None = None
     root_secret_key: str | None = None
 
@@ -77,6 +79,8 @@ class Config:
             raise ValueError(f"port {self.port} is not between 1 and 65535")
         if bool(self.root_access_key) != bool(self.root_secret_key):
             raise ValueError("ORGMEM_ROOT_ACCESS_KEY and ORGMEM_ROOT_SECRET_KEY must be set together")
+        if not 0 <= self.compact_interval <= 86400:
+            raise ValueError(f"compact_interval must be 0 to 86400 seconds, not {self.compact_interval}")
         self._validate_backend()
 
     def _validate_backend(self) -> None:

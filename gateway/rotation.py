@@ -26,7 +26,8 @@ from .store.base import INTERNAL_BUCKET, NoSuchKey, ObjectMeta, StoreError
 from .store.sealed import SealedStore
 
 CHECKPOINT = UNSEALED_PREFIX + "rewrap.json"
-#: Objects rewrapped at once within a batch.
+#: Objects rewrapped at once within a batch, unless the backend says how many calls it
+#: takes at once (``parallel_calls``: an upstream S3 service, where each is a round trip).
 REWRAP_WORKERS = 8
 
 
@@ -100,13 +101,15 @@ class KeyRotation:
     def rewrap(self, resume: bool, limit: int) -> RewrapBatch:
         """Rewrap up to ``limit`` objects after the checkpoint (or from the start).
 
-        Objects are rewrapped several at a time: on an upstream S3 service each is a few
-        round trips, and the checkpoint only moves once the whole batch is done."""
+        Objects are rewrapped several at a time: on an upstream S3 service each is two
+        round trips (a HEAD and a conditional copy onto itself), and the checkpoint only moves
+        once the whole batch is done."""
         with self._lock:
             position = self._checkpoint() if resume else None
             batch = list(itertools.islice(self._objects(after=position), limit + 1))
             more, batch = len(batch) > limit, batch[:limit]
-            with ThreadPoolExecutor(REWRAP_WORKERS, thread_name_prefix="orgmem-rewrap") as pool:
+            workers = getattr(self.sealed.inner, "parallel_calls", REWRAP_WORKERS)
+            with ThreadPoolExecutor(workers, thread_name_prefix="orgmem-rewrap") as pool:
                 rewrapped = sum(pool.map(self._rewrap_one, batch))
             if more:
                 self._save_checkpoint(batch[-1])

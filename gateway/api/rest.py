@@ -53,6 +53,8 @@ class Call:
     body: bytes
     client_ip: str
     request_id: str
+    #: what the resource function learned from the body, kept for the handler
+    state: dict[str, Any] = field(default_factory=dict)
 
     def json(self) -> Any:
         if not self.body.strip():
@@ -103,6 +105,7 @@ class Route:
     #: whose audit record must be durable before the response (changes)
     durable: bool = False
     also: AlsoNeeds | None = None
+    max_body: int = MAX_BODY
 
 
 @dataclass
@@ -110,10 +113,18 @@ class Router:
     routes: list[Route] = field(default_factory=list)
 
     def add(self, method: str, path: str, operation: str, action: str | None, resource: ResourceOf,
-            handler: Handler, durable: bool | None = None, also: AlsoNeeds | None = None) -> None:
+            handler: Handler, durable: bool | None = None, also: AlsoNeeds | None = None,
+            max_body: int = MAX_BODY) -> None:
         regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$")
         self.routes.append(Route(method, regex, operation, action, resource, handler,
-                                 method != "GET" if durable is None else durable, also))
+                                 method != "GET" if durable is None else durable, also, max_body))
+
+    def body_limit(self, method: str, path: str) -> int:
+        """The largest body the route takes (the default for paths no route takes)."""
+        for route in self.routes:
+            if route.method == method and route.pattern.match(path):
+                return route.max_body
+        return MAX_BODY
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:
         allowed = []
@@ -143,9 +154,10 @@ class RestApp:
         outcome = Outcome(request_id=os.urandom(8).hex().upper(), client_ip=scope.get("client", ("", 0))[0],
                           headers=_headers(scope), raw_query=scope.get("query_string", b"").decode("latin-1"))
         try:
-            body, more = await receive_some(receive, MAX_BODY + 1)
-            if more or len(body) > MAX_BODY:
-                raise ApiError("EntityTooLarge", f"Request bodies are at most {MAX_BODY} bytes.", 413)
+            limit = self.router.body_limit(scope["method"], scope["path"])
+            body, more = await receive_some(receive, limit + 1)
+            if more or len(body) > limit:
+                raise ApiError("EntityTooLarge", f"Request bodies here are at most {limit} bytes.", 413)
             outcome.bytes_in = len(body)
             loop = asyncio.get_running_loop()
             reply = await loop.run_in_executor(self.executor, self._handle, scope, body, outcome)

@@ -1,38 +1,46 @@
 """The audit trail: one record per gateway request, allowed or denied.
 
-Until the durable log exists, records go to rotating JSONL files in a directory of the
-gateway's reserved area (``DATA/.orgmem/audit/``): one JSON object per line, keys in the
-order of the contract (/tmp/spec/audit.md, mirrored by :class:`AuditRecord`).
+Records travel on the durable log (:mod:`gateway.log`) as :class:`~gateway.log.AuditEntry`
+and the compactor turns them into zstd Parquet in their own partition,
+``parquet/audit/date=<yyyy-mm-dd>/`` of the internal bucket (:mod:`.audit_stream`), sealed
+like everything else. The fields and their order are the contract, :class:`AuditRecord`.
 
 Durability bound
 ----------------
-- :meth:`AuditLog.record` (plain reads) only appends the serialized record to an in-memory
-  buffer and returns. A background thread writes and fsyncs the buffered group every
-  ``flush_interval`` seconds (1 s by default), so a crash of the process or the machine
-  loses at most the records of the last ``flush_interval`` seconds plus the duration of
-  one write+fsync -- about one second. While the disk refuses writes (full, read-only)
-  records stay buffered and are retried on every tick; the buffer is bounded
-  (``max_pending``, 100k records by default), beyond which the oldest records are dropped,
-  counted in :attr:`AuditLog.dropped` and reported in the warning.
-- :meth:`AuditLog.record_durable` (admin and IAM changes, deletes, vault access) writes
-  everything still buffered plus its record, in order, and fsyncs before it returns.
-  Concurrent durable callers share one fsync (group commit).
-
-Files
------
-The directory is created 0700 and files 0600. Names sort by creation time:
-``audit-20261130T093000.123456Z-000001.jsonl``. A file is closed and a new one started
-when the next record would grow it past ``max_file_bytes``; beyond ``max_files`` files the
-oldest are deleted. Every process start begins a new file, so a line torn by a crash is
-always the unterminated tail of a file; :func:`query` skips it (and any other line that
-does not parse).
+- :meth:`AuditLog.record` (reads, writes, and anything else that changes nothing an admin
+  must be able to account for) hands the record to the log's buffer and returns at once;
+  the log commits its buffer within its flush interval (1 s). A crash of the process or
+  the machine therefore loses at most the records of the last second plus one commit.
+  While the store refuses writes the log keeps its buffer (500,000 records, beyond which
+  it drops the oldest and counts them) and retries on every tick.
+- :meth:`AuditLog.record_durable` (deletes, admin and IAM changes, vault key management)
+  returns once the log object holding the record is stored; concurrent callers share one
+  commit. If the log cannot store it, the request is *not* failed: the change it audits
+  has already happened, so failing the response would only hide that it did. The
+  record goes back to the buffer to be retried with the next commit, and a warning
+  ``audit_not_durable`` names the request.
 
 Reading
 -------
-:func:`query` streams records oldest first with filters and returns an opaque cursor
-(file name + byte offset) with which ``--follow`` polls for only newer records.
-:func:`parse_since` turns ``--since`` arguments ("10m", "2h", "7d", "90s", unix seconds or
-ISO-8601) into unix seconds.
+:func:`query` merges the compacted segments with the log's uncompacted tail (so a
+record is readable the moment its commit is acknowledged), filters, returns records
+oldest first (by ``time``, then ``request_id``), each request once, and an opaque cursor.
+:func:`parse_since` turns ``--since`` arguments ("10m", "2h", "7d", "90s", unix seconds
+or ISO-8601) into unix seconds.
+
+The cursor holds the ``(time, request_id)`` of the last record returned, so the next
+call returns what sorts after it. Records can also become visible *behind* it: buffered
+records are committed up to about a second after their ``time``, and other gateways
+commit on their own clocks. So the cursor also holds a window, :data:`LATE_WINDOW`
+(5 s) before its time, and a 4-byte hash of the ``request_id`` of every record it
+returned in that window (at most :data:`CURSOR_IDS`; beyond that the window shrinks to
+the newest ones): a later call returns, besides the newer records, any matching record in
+the window that it did not return yet. A record that becomes visible more than the
+window behind the newest one already returned (a gateway whose clock lags by more, or
+that could not reach the store for longer) is not returned by a cursor, only by a query
+whose ``since`` covers it. When a call was not cut short by ``limit``, the cursor moves
+to the newest record examined, matching or not, so polls with filters do not re-read
+what they passed (and a cursor used with other filters skips what the first ones left out).
 
 Records never carry secrets by construction (only the access key ID, never a signature,
 a secret or a query string); this module does not rewrite fields.
@@ -42,29 +50,40 @@ from __future__ import annotations
 
 import base64
 import binascii
-import calendar
-import logging
-import os
+import hashlib
+import heapq
 import re
-import threading
+import struct
 import time
-from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
-from types import TracebackType
 from typing import Any, Literal
 
 import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
 
-logger = logging.getLogger("orgmem.audit")
+from ..log import AuditEntry, DurableLog, LogReader, LogUnavailable
+from ..logs import log
+from ..segments.compactor import Compactor, Snapshot
+from ..segments.files import SegmentFiles
+from .audit_stream import AuditStream, date_of, table_rows, time_us
 
-MiB = 1024 * 1024
 USER_AGENT_MAX = 512
-WARN_EVERY = 10.0  # seconds between repeated write-failure warnings (unless drops grew)
-
-_NAME_RE = re.compile(r"audit-(\d{8}T\d{6})\.(\d{6})Z-(\d+)\.jsonl")
-_CURSOR_MAX = 256
+STREAM = AuditStream.name
+#: How far behind the newest record a cursor returned it still looks for late arrivals.
+LATE_WINDOW = 5.0
+#: Request ids a cursor remembers from its window, at most (about 6 bytes each).
+CURSOR_IDS = 500
+#: Times outside year 1..9999 cannot be asked for.
+_MAX_US = 253_402_300_799_999_999
+_MIN_US = -62_135_596_800_000_000
+_CURSOR_VERSION = 1
+_CURSOR_MAX = 8192
+_WINDOW_US = int(LATE_WINDOW * 1_000_000)
+#: How often a query retries when compaction moved the log under it.
+_SNAPSHOT_TRIES = 5
 
 
 # --- the record -------------------------------------------------------------------------------------
@@ -145,432 +164,281 @@ def scrub_user_agent(ua: str | None) -> str | None:
 # --- the writer -------------------------------------------------------------------------------------
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _make_dir(path: Path) -> None:
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    os.chmod(path, 0o700)
-
-
 class AuditLog:
-    """Appends audit records to rotating JSONL files; see the module docstring for the bounds.
+    """Audit records onto the shared durable log, and queries of them; see the module docstring.
 
-    Thread-safe: :meth:`record` is called on the event loop, :meth:`record_durable` from
-    worker threads. :meth:`record` never touches the disk (unless called after
-    :meth:`close`), and never waits for a write in progress.
+    Thread-safe. The log's lifecycle belongs to whoever built it (the gateway starts and
+    closes it); :meth:`close` only commits what is buffered.
     """
 
-    def __init__(
-        self,
-        directory: Path,
-        *,
-        flush_interval: float = 1.0,
-        max_file_bytes: int = 64 * MiB,
-        max_files: int = 100,
-        max_pending: int = 100_000,
-    ) -> None:
-        if not flush_interval > 0:
-            raise ValueError("flush_interval must be > 0 seconds")
-        if max_file_bytes < 1 or max_files < 1 or max_pending < 1:
-            raise ValueError("max_file_bytes, max_files and max_pending must be >= 1")
-        self.directory = Path(directory)
-        self.flush_interval = flush_interval
-        self.max_file_bytes = max_file_bytes
-        self.max_files = max_files
-        self.max_pending = max_pending
-        _make_dir(self.directory)
-
-        # Buffer state, under _lock. Every record gets a sequence number; the buffer always
-        # holds the contiguous range [_head_seq, _next_seq). Numbers below _head_seq were
-        # either written (<= _durable_seq) or dropped (<= _drop_high).
-        self._lock = threading.Lock()
-        self._pending: deque[bytes] = deque()
-        self._head_seq = 0
-        self._next_seq = 0
-        self._durable_seq = -1
-        self._drop_high = -1
-        self._dropped = 0
-
-        # File state, under _write_lock (held for a whole write + fsync).
-        self._write_lock = threading.Lock()
-        self._fd: int | None = None
-        self._name = ""
-        self._size = 0
-        self._synced_size = 0
-        self._file_seq = 0
-        existing = _list_files(self.directory)
-        self._last_name = existing[-1] if existing else ""
-        self._failing = False
-        self._warned_at = 0.0
-        self._warned_drops = 0
-
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._closed = False
-
-    # -- lifecycle
+    def __init__(self, durable_log: DurableLog, compactor: Compactor) -> None:
+        self.log = durable_log
+        self.compactor = compactor
 
     def start(self) -> AuditLog:
-        """Start the background flusher (idempotent)."""
-        with self._lock:
-            if self._closed:
-                raise RuntimeError("audit log is closed")
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="orgmem-audit", daemon=True)
-                self._thread.start()
+        """Nothing to start: the records ride the durable log, started by the gateway."""
         return self
 
     def close(self) -> None:
-        """Stop the flusher, write and fsync what is buffered, close the file. Idempotent."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            thread = self._thread
-        self._stop.set()
-        if thread is not None:
-            thread.join()
-        with self._write_lock:
-            self._drain()
-            self._close_file()
-
-    def __enter__(self) -> AuditLog:
-        return self.start()
-
-    def __exit__(
-        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-    @property
-    def dropped(self) -> int:
-        """Records dropped because the buffer overflowed while writes were failing."""
-        return self._dropped
-
-    @property
-    def pending(self) -> int:
-        """Records buffered, not yet written."""
-        return len(self._pending)
-
-    # -- writing
+        """Commit the buffered records (best effort: a warning if the store refuses)."""
+        self.flush()
 
     def record(self, rec: AuditRecord) -> None:
-        """Buffer a record; the flusher writes it within ``flush_interval``. Returns at once."""
-        line = orjson.dumps(rec.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
-        with self._lock:
-            self._append(line)
-            closed = self._closed
-        if closed:  # a straggler after shutdown: nobody else will write it
-            self.flush()
+        """Buffer a record; the log commits it within its flush interval. Returns at once."""
+        self.log.append_nowait([AuditEntry(rec.to_dict())])
 
     def record_durable(self, rec: AuditRecord) -> bool:
-        """Write everything buffered plus ``rec`` and fsync, before returning.
+        """Commit ``rec`` (with whatever is buffered) before returning; True once it is stored.
 
-        Returns True once ``rec`` is on disk. On a write failure it logs a warning, keeps
-        the records buffered for the next attempt and returns False (it does not raise).
+        When the log cannot store it, logs a warning, leaves the record buffered for the
+        next commit and returns False: it never raises, and never fails the request.
         """
-        line = orjson.dumps(rec.to_dict(), option=orjson.OPT_APPEND_NEWLINE)
-        with self._lock:
-            self._append(line)
-            mine = self._next_seq - 1
-        with self._write_lock:
-            with self._lock:
-                taken = mine < self._head_seq  # written (or being retried) by another caller
-            if not taken:
-                self._drain()
-            if self._closed:
-                self._close_file()
-            with self._lock:
-                return self._drop_high < mine <= self._durable_seq
-
-    def flush(self) -> bool:
-        """Write and fsync everything buffered now; False (and a warning) if that failed."""
-        with self._write_lock:
-            ok = self._drain()
-            if self._closed:  # a straggler after close(): do not keep a file open
-                self._close_file()
-            return ok
-
-    def _append(self, line: bytes) -> None:
-        # caller holds _lock
-        self._pending.append(line)
-        self._next_seq += 1
-        if len(self._pending) > self.max_pending:
-            self._pending.popleft()
-            self._drop_high = self._head_seq
-            self._head_seq += 1
-            self._dropped += 1
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.flush_interval):
-            try:
-                self.flush()
-            except Exception:  # never let the flusher die
-                logger.exception("audit flusher failed")
-
-    def _drain(self) -> bool:
-        """Write and fsync the buffer. Caller holds _write_lock."""
-        with self._lock:
-            if not self._pending:
-                return True
-            batch, first = self._pending, self._head_seq
-            self._pending = deque()
-            self._head_seq = self._next_seq
-        lines = list(batch)
-        n = len(lines)
-        done = 0  # lines[:done] are durable
+        entry = AuditEntry(rec.to_dict())
         try:
-            i = 0
-            while i < n:
-                if self._fd is None:
-                    self._open_file()
-                elif self._size > 0 and self._size + len(lines[i]) > self.max_file_bytes:
-                    self._sync()
-                    done = i
-                    self._close_file()
-                    self._open_file()
-                j, total = i, 0
-                while j < n and (self._size + total == 0
-                                 or self._size + total + len(lines[j]) <= self.max_file_bytes):
-                    total += len(lines[j])
-                    j += 1
-                self._write_all(b"".join(lines[i:j]))
-                i = j
-            self._sync()
-            done = n
-        except OSError as exc:
-            self._recover_file()
-            with self._lock:
-                rest = deque(lines[done:])
-                rest.extend(self._pending)
-                self._pending = rest
-                self._head_seq = first + done
-                while len(self._pending) > self.max_pending:
-                    self._pending.popleft()
-                    self._drop_high = self._head_seq
-                    self._head_seq += 1
-                    self._dropped += 1
-                if done:
-                    self._durable_seq = first + done - 1
-            self._warn(exc)
+            self.log.append([entry])
+        except LogUnavailable as exc:
+            self.log.append_nowait([entry])
+            log.warning("audit_not_durable", request_id=rec.request_id, operation=rec.operation,
+                        error=str(exc)[:200], hint="the record stays buffered and is retried")
             return False
-        with self._lock:
-            self._durable_seq = first + n - 1
-        if self._failing:
-            self._failing = False
-            logger.warning("audit log writes recovered; %d records dropped in total", self._dropped)
         return True
 
-    def _write_all(self, data: bytes) -> None:
-        assert self._fd is not None
-        view = memoryview(data)
-        while view:
-            written = os.write(self._fd, view)
-            self._size += written
-            view = view[written:]
-
-    def _sync(self) -> None:
-        if self._fd is not None and self._size != self._synced_size:
-            os.fsync(self._fd)
-            self._synced_size = self._size
-
-    def _recover_file(self) -> None:
-        """After a failed write, cut the file back to what is known durable, or give it up."""
-        if self._fd is None:
-            return
+    def flush(self) -> bool:
+        """Commit what is buffered now; False (and a warning) if the store refused."""
         try:
-            if self._size != self._synced_size:
-                os.ftruncate(self._fd, self._synced_size)
-                self._size = self._synced_size
-        except OSError:
-            # A torn tail stays as the last line of this file; readers skip it.
-            self._close_file()
+            self.log.flush()
+        except LogUnavailable as exc:
+            log.warning("audit_flush_failed", error=str(exc)[:200])
+            return False
+        return True
 
-    def _close_file(self) -> None:
-        if self._fd is not None:
-            fd, self._fd = self._fd, None
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-
-    def _next_name(self) -> str:
-        ns = time.time_ns()
-        sec, us = divmod(ns // 1000, 1_000_000)
-        stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(sec)) + f".{us:06d}"
-        self._file_seq += 1
-        name = f"audit-{stamp}Z-{self._file_seq:06d}.jsonl"
-        if name <= self._last_name:  # the clock went back: keep names sorted by creation
-            m = _NAME_RE.fullmatch(self._last_name)
-            assert m is not None
-            self._file_seq = max(self._file_seq, int(m.group(3)) + 1)
-            name = f"audit-{m.group(1)}.{m.group(2)}Z-{self._file_seq:06d}.jsonl"
-        return name
-
-    def _open_file(self) -> None:
-        _make_dir(self.directory)  # recreate if someone removed it
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | getattr(os, "O_CLOEXEC", 0)
-        while True:
-            name = self._next_name()
-            try:
-                fd = os.open(self.directory / name, flags, 0o600)
-                break
-            except FileExistsError:
-                self._last_name = name
-        try:
-            os.fchmod(fd, 0o600)
-            _fsync_dir(self.directory)
-        except OSError:
-            os.close(fd)
-            raise
-        self._fd, self._name, self._last_name = fd, name, name
-        self._size = self._synced_size = 0
-        self._retain()
-
-    def _retain(self) -> None:
-        names = _list_files(self.directory)
-        excess = len(names) - self.max_files
-        for name in names:
-            if excess <= 0:
-                break
-            if name == self._name:
-                continue
-            try:
-                os.unlink(self.directory / name)
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                logger.warning("could not delete old audit file %s: %s", name, exc)
-            excess -= 1
-
-    def _warn(self, exc: OSError) -> None:
-        now = time.monotonic()
-        if self._failing and self._dropped == self._warned_drops and now - self._warned_at < WARN_EVERY:
-            return
-        self._failing = True
-        self._warned_at, self._warned_drops = now, self._dropped
-        logger.warning(
-            "audit log write failed (%s: %s); %d records kept buffered for retry, "
-            "%d dropped so far (buffer limit %d records)",
-            type(exc).__name__, exc, len(self._pending), self._dropped, self.max_pending,
-        )
+    def query(self, **kwargs: Any) -> tuple[list[dict], str]:
+        """:func:`query` over the compactor's current snapshot; takes the same keywords."""
+        for _ in range(_SNAPSHOT_TRIES):
+            snapshot = self.compactor.snapshot()
+            result = query(snapshot, self.compactor.files, self.log.reader, **kwargs)
+            # The tail is read past the snapshot's positions; had compaction moved them
+            # meanwhile, objects of that stretch may have been collected before they were
+            # read (their records are in segments this snapshot does not name): read again.
+            if self.compactor.snapshot().positions == snapshot.positions:
+                return result
+        return result
 
 
 # --- reading ----------------------------------------------------------------------------------------
 
 
-def _list_files(directory: Path) -> list[str]:
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return []
-    return sorted(n for n in names if _NAME_RE.fullmatch(n))
+@dataclass
+class Cursor:
+    """Where a query stopped: see the module docstring."""
+
+    time: int  # microseconds: (time, request_id) of the last record returned or examined
+    request_id: str
+    #: start of the late window (microseconds, whole milliseconds)
+    window: int
+    #: (time in whole milliseconds as microseconds, id hash) of records returned in the window
+    seen: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def key(self) -> tuple[int, str]:
+        return self.time, self.request_id
 
 
-def _name_time(name: str) -> float:
-    m = _NAME_RE.fullmatch(name)
-    assert m is not None
-    return calendar.timegm(time.strptime(m.group(1), "%Y%m%dT%H%M%S")) + int(m.group(2)) / 1e6
+def _id_hash(request_id: str) -> int:
+    return int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=4).digest(), "big")
 
 
-def encode_cursor(name: str, offset: int) -> str:
-    raw = f"{name}:{offset}".encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
 
 
-def decode_cursor(cursor: str) -> tuple[str, int]:
-    """The (file name, byte offset) of a cursor from :func:`query`; ValueError if malformed."""
+def encode_cursor(cursor: Cursor) -> str:
+    rid = cursor.request_id.encode()
+    parts = [struct.pack(">BqqH", _CURSOR_VERSION, cursor.time, cursor.window, len(rid)), rid,
+             struct.pack(">H", len(cursor.seen))]
+    prev = cursor.window
+    for t, h in cursor.seen:
+        parts.append(_varint((t - prev) // 1000))
+        parts.append(struct.pack(">I", h))
+        prev = t
+    return base64.urlsafe_b64encode(b"".join(parts)).decode().rstrip("=")
+
+
+def decode_cursor(text: str) -> Cursor:
+    """The :class:`Cursor` of a string from :func:`query`; ValueError if malformed."""
     bad = ValueError("malformed audit cursor: pass back the cursor returned by the previous query")
-    if not isinstance(cursor, str) or not 0 < len(cursor) <= _CURSOR_MAX:
+    if not isinstance(text, str) or not 0 < len(text) <= _CURSOR_MAX:
         raise bad
     try:
-        raw = base64.b64decode(cursor + "=" * (-len(cursor) % 4), altchars=b"-_", validate=True)
-        name, sep, offset = raw.decode("ascii").rpartition(":")
-    except (binascii.Error, ValueError):
+        raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
+        version, t, window, n = struct.unpack_from(">BqqH", raw)
+        pos = struct.calcsize(">BqqH")
+        rid_bytes = raw[pos:pos + n]
+        pos += n
+        if version != _CURSOR_VERSION or len(rid_bytes) != n:
+            raise bad
+        rid = rid_bytes.decode()
+        (count,) = struct.unpack_from(">H", raw, pos)
+        pos += 2
+        seen, prev = [], window
+        for _ in range(count):
+            delta = shift = 0
+            while True:
+                byte = raw[pos]
+                pos += 1
+                delta |= (byte & 0x7F) << shift
+                shift += 7
+                if not byte & 0x80:
+                    break
+                if shift > 63:
+                    raise bad
+            prev += delta * 1000
+            (h,) = struct.unpack_from(">I", raw, pos)
+            pos += 4
+            seen.append((prev, h))
+    except (binascii.Error, struct.error, IndexError, UnicodeDecodeError, ValueError):
         raise bad from None
-    if not sep or not offset.isdigit() or len(offset) > 19 or (name and not _NAME_RE.fullmatch(name)):
+    if pos != len(raw) or count > CURSOR_IDS or not _MIN_US <= window <= _MAX_US \
+            or not _MIN_US <= t <= _MAX_US or (seen and seen[-1][0] > _MAX_US):
         raise bad
-    return name, int(offset)
+    return Cursor(t, rid, window, seen)
+
+
+def _since_us(since: float) -> int:
+    """``since`` (unix seconds) in microseconds, whole milliseconds as records have them."""
+    if not since == since or not _MIN_US <= since * 1_000_000 <= _MAX_US:  # NaN or beyond year 9999
+        raise ValueError("since is out of range.")
+    return int(since * 1000) * 1000
+
+
+def _ms(us: int) -> int:
+    return us // 1000 * 1000
 
 
 def query(
-    directory: Path,
+    snapshot: Snapshot,
+    files: SegmentFiles,
+    reader: LogReader,
     *,
     since: float | None = None,
     principal: str | None = None,
     denied: bool | None = None,
     after: str | None = None,
     limit: int = 100,
-) -> tuple[list[dict], str | None]:
+    now: float | None = None,
+) -> tuple[list[dict], str]:
     """Audit records oldest first, filtered, at most ``limit``; and a cursor for the next call.
 
-    ``since`` (unix seconds, millisecond granularity) keeps records at or after that time;
-    ``principal`` matches exactly; ``denied`` True keeps denials, False allowed requests.
-    ``after`` is the cursor of a previous call: only records written after it are read.
-    The returned cursor points after the last record returned, or at the current end when
-    the scan reached it, so polling with it yields only newer records. Files are streamed,
-    never loaded whole; files wholly older than ``since`` (by their successor's name) are
-    not opened. Unparsable lines (a line torn by a crash) are skipped; an unterminated
-    last line of the newest file is left for the next poll (it may be mid-write).
+    ``snapshot`` names the compacted segments and where the log's tail starts (one loaded
+    compactor checkpoint); the tail is read from ``reader``. ``since`` (unix seconds,
+    millisecond granularity) keeps records at or after that time; ``principal`` matches
+    exactly; ``denied`` True keeps denials, False allowed requests. ``after`` is the cursor
+    of a previous call: only records it did not return are returned (see the module
+    docstring for records that arrive late). Segments wholly older than what is asked
+    for are not read, nor, once ``limit`` records are in hand, those wholly newer.
     """
     if limit < 1:
         raise ValueError("limit must be >= 1")
-    start_name, start_offset = decode_cursor(after) if after is not None else ("", 0)
-    directory = Path(directory)
-    names = [n for n in _list_files(directory) if n >= start_name]
-    since_text = iso_ms(since) if since is not None else None
-    want_decision = None if denied is None else ("deny" if denied else "allow")
+    cur = decode_cursor(after) if after is not None else None
+    since_us = _since_us(since) if since is not None else None
+    now_us = int((time.time() if now is None else now) * 1_000_000)
+    want = None if denied is None else ("deny" if denied else "allow")
+    seen = {h for _, h in cur.seen} if cur else set()
 
-    results: list[dict] = []
-    cur_name, cur_offset = start_name, start_offset
-    for idx, name in enumerate(names):
-        last = idx == len(names) - 1
-        offset = start_offset if name == start_name else 0
-        if since is not None and not last and _name_time(names[idx + 1]) < since:
-            cur_name, cur_offset = names[idx + 1], 0  # everything in this file is older
+    # the lowest time that can matter
+    lo = min(cur.window, cur.time) if cur else since_us
+    if since_us is not None and lo is not None:
+        lo = max(lo, since_us)
+
+    def wanted(t: int, rid: str) -> bool:
+        if cur is None or (t, rid) > cur.key:
+            return True
+        return t >= cur.window and _id_hash(rid) not in seen  # a late arrival not yet returned
+
+    found: dict[str, tuple[int, dict]] = {}
+    horizon: tuple[int, str] | None = None  # the newest record examined
+
+    for t, rec in _tail(snapshot, reader):
+        if lo is not None and t < lo:
             continue
-        try:
-            f = open(directory / name, "rb")
-        except FileNotFoundError:  # deleted by retention meanwhile
-            continue
-        with f:
-            size = os.fstat(f.fileno()).st_size
-            if offset > size:  # cannot resume inside this file; move on
-                offset = size
-            f.seek(offset)
-            cur_name, cur_offset = name, offset
-            for line in f:
-                if not line.endswith(b"\n"):
-                    if last:
-                        break  # maybe still being written: leave it for the next poll
-                    logger.warning("skipping torn last line of audit file %s", name)
-                    cur_offset += len(line)
-                    break
-                cur_offset += len(line)
-                try:
-                    rec = orjson.loads(line)
-                except orjson.JSONDecodeError:
-                    logger.warning("skipping unparsable line in audit file %s at byte %d",
-                                   name, cur_offset - len(line))
-                    continue
-                if not isinstance(rec, dict):
-                    continue
-                if since_text is not None and not str(rec.get("time", "")) >= since_text:
-                    continue
-                if principal is not None and rec.get("principal") != principal:
-                    continue
-                if want_decision is not None and rec.get("decision") != want_decision:
-                    continue
-                results.append(rec)
-                if len(results) >= limit:
-                    return results, encode_cursor(cur_name, cur_offset)
-    return results, encode_cursor(cur_name, cur_offset)
+        rid = rec["request_id"]
+        if horizon is None or (t, rid) > horizon:
+            horizon = (t, rid)
+        if ((principal is None or rec.get("principal") == principal)
+                and (want is None or rec.get("decision") == want)
+                and rid not in found and wanted(t, rid)):
+            found[rid] = (t, rec)
+
+    truncated = False
+    for segment in _segments(snapshot, lo):
+        if len(found) >= limit:
+            kth = heapq.nsmallest(limit, ((t, rid) for rid, (t, _) in found.items()))[-1]
+            if segment.min_ts > kth[0]:  # this and every later segment sort after the page
+                truncated = True
+                break
+        table = files.table(segment.key)
+        if lo is not None:
+            table = table.filter(pc.greater_equal(table["time"].cast(pa.int64()), lo))
+        if table.num_rows:  # rows are sorted: the last is the newest
+            last = (table["time"].cast(pa.int64())[-1].as_py(), table["request_id"][-1].as_py())
+            horizon = last if horizon is None else max(horizon, last)
+        if principal is not None:
+            table = table.filter(pc.equal(table["principal"], principal))
+        if want is not None:
+            table = table.filter(pc.equal(table["decision"], want))
+        for t, rec in table_rows(table):
+            rid = rec["request_id"]
+            if rid not in found and wanted(t, rid):
+                found[rid] = (t, rec)
+
+    ordered = sorted(found.values(), key=lambda item: (item[0], item[1]["request_id"]))
+    truncated = truncated or len(ordered) > limit
+    page = ordered[:limit]
+    return [rec for _, rec in page], encode_cursor(_next_cursor(cur, page, horizon, truncated, since_us,
+                                                                now_us))
+
+
+def _tail(snapshot: Snapshot, reader: LogReader) -> Iterable[tuple[int, dict]]:
+    """Audit records acknowledged but not yet compacted, with their time in microseconds."""
+    for obj in reader.read_pending(snapshot.positions):
+        for record in obj.records:
+            if isinstance(record, AuditEntry):
+                yield time_us(record.record["time"]), record.record
+
+
+def _segments(snapshot: Snapshot, lo: int | None) -> list:
+    """The audit segments that can hold records at or after ``lo``, oldest first."""
+    low_date = date_of(lo) if lo is not None and lo > 0 else ""
+    chosen = [s for s in snapshot.manifest.of(STREAM)
+              if lo is None or (s.max_ts >= lo and (s.value("date") or "") >= low_date)]
+    return sorted(chosen, key=lambda s: (s.min_ts, s.name))
+
+
+def _next_cursor(cur: Cursor | None, page: list[tuple[int, dict]], horizon: tuple[int, str] | None,
+                 truncated: bool, since_us: int | None, now_us: int) -> Cursor:
+    keys = [cur.key] if cur else []
+    if page:
+        keys.append((page[-1][0], page[-1][1]["request_id"]))
+    if horizon is not None and not truncated:
+        keys.append(horizon)  # everything up to it that matched was returned
+    t, rid = max(keys) if keys else (since_us if since_us is not None else _MIN_US, "")
+    floor = cur.window if cur else (since_us if since_us is not None else _MIN_US)
+    # the window trails the newest record returned, or now when that lies in the future
+    window = _ms(max(floor, min(t, now_us) - _WINDOW_US))
+    entries = {(t0, h) for t0, h in cur.seen if t0 >= window} if cur else set()
+    entries |= {(_ms(t0), _id_hash(rec["request_id"])) for t0, rec in page if t0 >= window}
+    ordered = sorted(entries)
+    if len(ordered) > CURSOR_IDS:  # keep the newest; the window starts after the rest
+        window = ordered[len(ordered) - CURSOR_IDS - 1][0] + 1000
+        ordered = [e for e in ordered if e[0] >= window]
+    return Cursor(t, rid, window, ordered)
 
 
 _DURATION_RE = re.compile(r"(\d+(?:\.\d+)?)\s*([smhd])")

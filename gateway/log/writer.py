@@ -124,12 +124,24 @@ class LogWriter:
             if len(self._buffered) >= MAX_BATCH_RECORDS:
                 self._cond.notify_all()
 
-    def flush(self) -> Position | None:
-        """Commit everything buffered now; returns where it went (None if nothing was)."""
+    def flush(self, timeout: float = 30.0) -> Position | None:
+        """Commit everything buffered now, and wait for a commit already in flight (whose
+        records left the buffer but are not stored yet); returns where the buffered records
+        went (None if there were none). Raises :class:`LogUnavailable` like :meth:`append`."""
+        waiter = _Waiter([])
         with self._cond:
-            if not self._buffered:
-                return None
-        return self.append([])
+            if self._closing or self._thread is None:
+                if not self._buffered:
+                    return None  # nothing buffered, and no commit loop that could be mid-commit
+                if self._closing:
+                    raise LogUnavailable("the log is shutting down")
+            self._waiters.append(waiter)
+            self._cond.notify_all()
+        if not waiter.done.wait(timeout):
+            raise LogUnavailable("the log did not commit in time")
+        if waiter.error is not None:
+            raise waiter.error
+        return waiter.position
 
     @property
     def pending(self) -> int:

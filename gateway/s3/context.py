@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from ..store.base import ObjectStore
 from .errors import S3Error
@@ -16,6 +17,8 @@ class S3Context:
     owner_id: str = "orgmem"
     owner_name: str = "orgmem"
     max_object_size: int = 5 * 1024**3
+    #: the biography service behind the ``biographies`` bucket (None: not served)
+    biographies: Any = None
 
     def owner_xml(self) -> str:
         return "<Owner>" + element("ID", self.owner_id) + element("DisplayName", self.owner_name) + "</Owner>"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from .context import S3Context
 from .errors import S3Error, not_implemented
+from .handlers import biographies as bio
 from .handlers import buckets, listing, multipart, objects
 from .message import Request, Response
 
@@ -72,6 +73,26 @@ _OBJECT_OPS = {
     ("POST", "uploadId"): _op("CompleteMultipartUpload", "s3:PutObject", multipart.complete_upload, True),
 }
 
+#: The biographies bucket: Parquet segments to read, NDJSON events to write. Its
+#: permissions are the biography's (decided per agent inside the handlers).
+_BIO_BUCKET_OPS = {
+    ("HEAD", None): _op("HeadBucket", "bio:GetEvents", bio.head_bucket),
+    ("GET", None): _op("ListObjects", "bio:GetEvents", bio.list_v1),
+    ("GET", "list-type"): _op("ListObjectsV2", "bio:GetEvents", bio.list_v2),
+    ("GET", "location"): _op("GetBucketLocation", "bio:GetEvents", buckets.get_location),
+}
+_BIO_OBJECT_OPS = {
+    ("PUT", None): _op("PutObject", "bio:PutEvents", bio.put_object, True),
+    ("GET", None): _op("GetObject", "bio:GetEvents", bio.get_object),
+    ("HEAD", None): _op("HeadObject", "bio:GetEvents", bio.head_object),
+    ("POST", "uploads"): _op("CreateMultipartUpload", "bio:PutEvents", bio.create_upload),
+    ("PUT", "uploadId"): _op("UploadPart", "bio:PutEvents", bio.upload_part, True),
+    ("POST", "uploadId"): _op("CompleteMultipartUpload", "bio:PutEvents", bio.complete_upload, True),
+    ("DELETE", "uploadId"): _op("AbortMultipartUpload", "bio:PutEvents", bio.abort_upload),
+    ("GET", "uploadId"): _op("ListParts", "bio:PutEvents", bio.list_parts),
+    ("DELETE", None): _op("DeleteObject", "bio:PutEvents", bio.refuse_delete),
+}
+
 
 #: Request headers asking for features the gateway does not have. Ignoring them would
 #: let a client believe its object is tagged, locked or encrypted under its own key.
@@ -109,10 +130,11 @@ def route(req: Request) -> Operation:
             return LIST_BUCKETS
         raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.")
     present = [name for name in req.query if name in SUBRESOURCES]
+    special = req.bucket == bio.BUCKET
     if req.key is None:
-        table, selector = _BUCKET_OPS, _bucket_selector(req, present)
+        table, selector = _BIO_BUCKET_OPS if special else _BUCKET_OPS, _bucket_selector(req, present)
     else:
-        table, selector = _OBJECT_OPS, _object_selector(req, present)
+        table, selector = _BIO_OBJECT_OPS if special else _OBJECT_OPS, _object_selector(req, present)
     op = table.get((req.method, selector))
     if op is not None:
         return op

@@ -16,6 +16,7 @@ import traceback
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from ..biography.artifacts import CHANGES, record_change
 from ..iam.authn import Authenticator
 from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, Authorizer, denial_message
 from ..logs import log
@@ -173,6 +174,9 @@ class S3App:
                 # (rclone, the aws cli) the ETag is opaque, not the MD5 of the data.
                 response.headers.append(("x-amz-server-side-encryption",
                                          req.headers.get("x-amz-server-side-encryption", "aws:kms")))
+            if op_name in CHANGES and response.status < 300 and self.ctx.biographies is not None:
+                record_change(self.ctx.biographies, req.principal, op_name, req.bucket, req.key,
+                              req.headers, response.headers, response.body)
             if response.stream is not None and (response.length or 0) <= SMALL_RESPONSE:
                 try:
                     response.body = _read_all(response.stream)

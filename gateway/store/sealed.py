@@ -429,11 +429,21 @@ class SealedStore:
             raise _store_error(exc, bucket, key) from None
         stored = replace(sealed.meta, sealed=self.keys.wrap(dek, ident).encode())
         try:
-            self.inner.copy_object(bucket, key, bucket, key, stored,
-                                   WriteCondition(if_match=sealed.etag), source_etag=sealed.etag)
+            self._replace_meta(sealed, stored)
         except PreconditionFailed:
             return False
         return True
+
+    def _replace_meta(self, current: ObjectInfo, stored: ObjectMeta) -> None:
+        """New bookkeeping for exactly the version ``current`` (PreconditionFailed once it was
+        replaced): in one upstream call where the backend offers it (S3Store.replace_meta),
+        else as a copy onto itself pinned to that version."""
+        replace_meta = getattr(self.inner, "replace_meta", None)
+        if replace_meta is not None:
+            replace_meta(current, stored)
+            return
+        self.inner.copy_object(current.bucket, current.key, current.bucket, current.key, stored,
+                               WriteCondition(if_match=current.etag), source_etag=current.etag)
 
     # -- layouts -----------------------------------------------------------------------------
 

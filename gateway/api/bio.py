@@ -1,0 +1,158 @@
+"""The biography API (``/v1/events``, ``/v1/sessions``, ``/v1/bio/...``).
+
+Thin: validate, check the per-agent grants, call :class:`Biographies`, shape the JSON.
+An agent writes and reads its own biography under the built-in policy; writing or
+reading another agent's needs a ``bio:`` grant on ``arn:orgmem:bio:::AGENT/SESSION``.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..biography import events as ev
+from ..biography.query import BadCursor, Filter
+from ..biography.service import Biographies
+from ..iam.audit import parse_since
+from ..iam.model import RESERVED_NAMES, IdentityError, check_name
+from .rest import ApiError, Call, Reply, Router
+
+ARN = "arn:orgmem:bio:::"
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 100
+
+
+class RetentionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    days: int | None = Field(default=None, ge=1, le=36500)
+    agent: str | None = None
+
+
+def add_routes(r: Router, bios: Biographies) -> None:
+    api = BioApi(bios)
+    r.add("POST", "/v1/events", "PutEvents", "bio:PutEvents", api.first_event_arn, api.put_events,
+          durable=False, also=api.other_event_arns, max_body=ev.MAX_BODY)
+    r.add("GET", "/v1/events", "GetEvents", "bio:GetEvents", api.read_arn, api.get_events)
+    r.add("GET", "/v1/sessions", "ListSessions", "bio:ListSessions", api.agent_arn, api.list_sessions)
+    r.add("POST", "/v1/bio/compact", "Compact", "bio:Compact", lambda c: ARN + "*", api.compact)
+    r.add("GET", "/v1/bio/retention", "GetRetention", "bio:GetRetention", api.retention_arn,
+          api.get_retention)
+    r.add("PUT", "/v1/bio/retention", "PutRetention", "bio:PutRetention", api.retention_arn,
+          api.put_retention)
+
+
+class BioApi:
+    def __init__(self, bios: Biographies) -> None:
+        self.bios = bios
+
+    # -- writing ----------------------------------------------------------------
+
+    def _batch(self, call: Call) -> list[ev.Event]:
+        """The validated batch (parsed once, by the resource check, kept for the handler)."""
+        batch = call.state.get("events")
+        if batch is None:
+            try:
+                batch = ev.validate_batch(call.body, caller=call.principal.name,
+                                          now_us=int(time.time() * 1_000_000))
+            except ev.EventError as exc:
+                raise ApiError("InvalidEvent", f"{exc}; nothing was stored.") from None
+            call.state["events"] = batch
+        return batch
+
+    def first_event_arn(self, call: Call) -> str:
+        first = self._batch(call)[0]
+        return f"{ARN}{first.agent}/{first.session}"
+
+    def other_event_arns(self, call: Call) -> list[tuple[str, str]]:
+        seen = {(e.agent, e.session) for e in self._batch(call)[1:]}
+        return [("bio:PutEvents", f"{ARN}{a}/{s}") for a, s in sorted(seen)]
+
+    def put_events(self, call: Call) -> Reply:
+        batch = self._batch(call)
+        ids = self.bios.ingest(batch)
+        return Reply(200, {"event_ids": ids, "count": len(ids)})
+
+    # -- reading ----------------------------------------------------------------
+
+    def _agent(self, call: Call) -> str:
+        return _checked_agent(call.query.get("agent") or call.principal.name)
+
+    def agent_arn(self, call: Call) -> str:
+        return f"{ARN}{self._agent(call)}/*"
+
+    def read_arn(self, call: Call) -> str:
+        return f"{ARN}{self._agent(call)}/{call.query.get('session') or '*'}"
+
+    def get_events(self, call: Call) -> Reply:
+        q = call.query
+        f = Filter(self._agent(call), q.get("session") or None, _kinds(q.get("kind")),
+                   _time(q.get("since"), "since"), _time(q.get("until"), "until"))
+        try:
+            events, cursor = self.bios.events(f, _limit(q.get("limit")), q.get("cursor") or None)
+        except BadCursor as exc:
+            raise ApiError("InvalidArgument", f"cursor: {exc}") from None
+        return Reply(200, {"events": [e.to_api() for e in events], "next_cursor": cursor})
+
+    def list_sessions(self, call: Call) -> Reply:
+        agent = self._agent(call)
+        return Reply(200, {"agent": agent, "sessions": self.bios.sessions(agent)})
+
+    # -- upkeep -----------------------------------------------------------------
+
+    def compact(self, call: Call) -> Reply:
+        return Reply(200, self.bios.compact().to_dict())
+
+    def retention_arn(self, call: Call) -> str:
+        agent = call.query.get("agent")
+        if call.body.strip():
+            agent = call.model(RetentionBody).agent
+        if agent:
+            return f"{ARN}{_checked_agent(agent)}/*"
+        return ARN + "*"
+
+    def get_retention(self, call: Call) -> Reply:
+        return Reply(200, self.bios.retention().to_dict())
+
+    def put_retention(self, call: Call) -> Reply:
+        body = call.model(RetentionBody)
+        return Reply(200, self.bios.set_retention(body.agent, body.days).to_dict())
+
+
+def _checked_agent(agent: str) -> str:
+    if agent not in RESERVED_NAMES:  # root has a biography too
+        try:
+            check_name("agent", agent)
+        except IdentityError as exc:
+            raise ApiError("InvalidArgument", str(exc)) from None
+    return agent
+
+
+def _kinds(value: str | None) -> frozenset[str] | None:
+    if not value:
+        return None
+    kinds = frozenset(k.strip() for k in value.split(",") if k.strip())
+    unknown = sorted(kinds - frozenset(ev.KINDS))
+    if unknown:
+        raise ApiError("InvalidArgument", f"kind: unknown kind {unknown[0]!r}; kinds are {', '.join(ev.KINDS)}.")
+    return kinds
+
+
+def _time(value: str | None, name: str) -> int | None:
+    """``since``/``until``: RFC 3339, unix seconds, or a duration back from now ("10m", "7d")."""
+    if not value:
+        return None
+    try:
+        return int(parse_since(value, time.time()) * 1_000_000)
+    except ValueError:
+        raise ApiError("InvalidArgument", f"{name}: {value!r} is not a time; use RFC 3339 "
+                       f"({datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}), unix seconds, or a duration like 10m or 7d.") from None
+
+
+def _limit(value: str | None) -> int:
+    if value is None or value == "":
+        return DEFAULT_LIMIT
+    if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+        raise ApiError("InvalidArgument", f"limit: must be a whole number from 1 to {MAX_LIMIT}.")
+    return int(value)

@@ -1,0 +1,54 @@
+"""Artifact events: what an agent wrote, copied or deleted in a workspace bucket.
+
+Called after a successful S3 change. Only agents have biographies written for them (a
+human's or the root's workspace changes are audited, not narrated), and only workspace
+buckets count: the gateway's own buckets carry their own records. The events are
+buffered (durable within the log's flush interval) so a PUT never waits for them.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import unquote
+
+from .bucket import BUCKET as BIOGRAPHIES
+from .service import Biographies
+
+#: S3 operations that change an object, and the verb the event records.
+CHANGES = {"PutObject": "put", "CopyObject": "copy", "CompleteMultipartUpload": "put",
+           "DeleteObject": "delete", "DeleteObjects": "delete"}
+_DELETED_KEY = re.compile(rb"<Deleted><Key>([^<]*)</Key>")
+
+
+def record_change(bios: Biographies, principal, op_name: str, bucket: str, key: str | None,
+                  headers: dict[str, str], response_headers: list[tuple[str, str]],
+                  response_body: bytes) -> None:
+    op = CHANGES.get(op_name)
+    if op is None or principal is None or principal.kind != "agent" or bucket == BIOGRAPHIES:
+        return
+    etag = next((v.strip('"') for k, v in response_headers if k == "etag"), None)
+    if op_name == "DeleteObjects":
+        for raw in _DELETED_KEY.findall(response_body):
+            bios.artifact(principal.name, op, bucket, _xml_text(raw))
+        return
+    if key is None:
+        return
+    size = None
+    if op_name == "PutObject":
+        declared = headers.get("x-amz-decoded-content-length") or headers.get("content-length")
+        size = int(declared) if declared and declared.isdigit() else None
+    source = unquote(headers["x-amz-copy-source"]) if op_name == "CopyObject" else None
+    etag = etag or _copy_etag(response_body)
+    bios.artifact(principal.name, op, bucket, key, size=size, etag=etag, source=source)
+
+
+def _copy_etag(body: bytes) -> str | None:
+    found = re.search(rb"<ETag>(?:&quot;|\")?([^<&\"]*)", body)
+    return found.group(1).decode() if found else None
+
+
+def _xml_text(raw: bytes) -> str:
+    text = raw.decode()
+    for entity, char in (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&")):
+        text = text.replace(entity, char)
+    return text

@@ -1,0 +1,194 @@
+"""The biography service: ingestion, artifact events, queries, compaction and retention.
+
+Handlers (REST and the ``biographies`` S3 bucket) call this; it knows nothing of HTTP.
+Events are redacted before anything is stored, appended to the durable log (the
+acknowledgement waits for the log object to be durable), and compacted into Parquet
+in the background.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import orjson
+
+from ..log import BioRecord, DurableLog
+from ..segments.compactor import Compactor, RunResult, Snapshot
+from ..segments.files import SegmentFiles
+from ..segments.manifest import Segment
+from ..store.base import INTERNAL_BUCKET, ObjectStore, PreconditionFailed, WriteCondition
+from ..store.objects import read_object, swap_condition, write_object
+from . import query
+from .events import Event, new_event_id
+from .redact import Redactor
+from .schema import date_of
+
+REDACTION_KEY = "bio/redaction.key"
+RETENTION = "bio/retention.json"
+#: Retention settings are re-read at most this often (another gateway may change them).
+RETENTION_TTL = 5.0
+_DAY = 86400
+#: Events per log append when ingesting a very large batch.
+INGEST_SLICE = 50_000
+
+
+@dataclass
+class RetentionPolicy:
+    """Days a biography partition is kept; None keeps it forever."""
+
+    default_days: int | None = None
+    agents: dict[str, int | None] = field(default_factory=dict)
+
+    def days_for(self, agent: str) -> int | None:
+        return self.agents.get(agent, self.default_days)
+
+    def expired(self, segment: Segment, now: float) -> bool:
+        if segment.stream != "bio":
+            return False
+        days = self.days_for(segment.value("agent") or "")
+        if days is None:
+            return False
+        cutoff = date_of(int((now - days * _DAY) * 1_000_000))
+        return (segment.value("date") or "") < cutoff
+
+    def to_dict(self) -> dict:
+        return {"default_days": self.default_days, "agents": dict(sorted(self.agents.items()))}
+
+
+class Biographies:
+    def __init__(self, store: ObjectStore, log: DurableLog, compactor: Compactor, files: SegmentFiles) -> None:
+        self.store = store
+        self.log = log
+        self.compactor = compactor
+        self.files = files
+        self.redactor = Redactor(_redaction_key(store))
+        self._retention = RetentionPolicy()
+        self._retention_etag: str | None = None
+        self._retention_read = 0.0
+        self._retention_lock = threading.Lock()
+        compactor.retention = lambda segment, now: self.retention().expired(segment, now)
+
+    # -- writing --------------------------------------------------------------
+
+    def ingest(self, events: list[Event]) -> list[str]:
+        """Redact and append ``events``; returns once they are durable (their ids).
+
+        A very large batch (an NDJSON object from S3) is appended in slices; should the
+        log fail midway, a retry is harmless: ids are stable and duplicates collapse."""
+        for start in range(0, len(events), INGEST_SLICE):
+            chunk = events[start:start + INGEST_SLICE]
+            self.log.append([BioRecord(self._redacted(e).to_record()) for e in chunk])
+        return [e.event_id for e in events]
+
+    def note(self, events: list[Event]) -> None:
+        """Append without waiting (artifact events): durable within the log's flush interval."""
+        self.log.append_nowait([BioRecord(self._redacted(e).to_record()) for e in events])
+
+    def artifact(self, agent: str, op: str, bucket: str, key: str, size: int | None = None,
+                 etag: str | None = None, source: str | None = None) -> None:
+        """An object write, copy or delete an agent made in a workspace bucket."""
+        now = int(time.time() * 1_000_000)
+        data = {"op": op, "bucket": bucket, "key": key}
+        for name, value in (("size", size), ("etag", etag), ("source", source)):
+            if value is not None:
+                data[name] = value
+        event = Event(new_event_id(now), agent, f"s3:{bucket}", now, "artifact", tool=f"s3:{op}",
+                      artifact_uri=f"s3://{bucket}/{key}", data=orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+                      .decode())
+        self.note([event])
+
+    def _redacted(self, e: Event) -> Event:
+        hits = 0
+        if e.content:
+            e.content, n = self.redactor.redact_text(e.content)
+            hits += n
+        if e.data is not None:
+            value, n = self.redactor.redact_json(orjson.loads(e.data))
+            if n:
+                e.data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+                hits += n
+        e.redactions = hits
+        return e
+
+    # -- reading --------------------------------------------------------------
+
+    def snapshot(self) -> Snapshot:
+        return self.compactor.snapshot()
+
+    def events(self, f: query.Filter, limit: int = 100,
+               cursor: str | None = None) -> tuple[list[Event], str | None]:
+        everything = query.gather(self.snapshot(), self.files, self.log.reader, f)
+        return query.page(everything, f, limit, cursor)
+
+    def sessions(self, agent: str) -> list[dict]:
+        return query.sessions(query.gather(self.snapshot(), self.files, self.log.reader, query.Filter(agent)))
+
+    def segments(self, snapshot: Snapshot | None = None) -> list[Segment]:
+        """The current biography segments (what the ``biographies`` bucket lists)."""
+        return (snapshot or self.snapshot()).manifest.of("bio")
+
+    def segment(self, path: str) -> Segment | None:
+        """A current segment by its path in the bucket, ``agent=a/date=d/<id>.parquet``."""
+        return self.snapshot().manifest.find("bio", path)
+
+    # -- upkeep ---------------------------------------------------------------
+
+    def compact(self) -> RunResult:
+        """Commit what is buffered, then compact until the log holds nothing new."""
+        self.log.flush()
+        return self.compactor.run()
+
+    def retention(self) -> RetentionPolicy:
+        with self._retention_lock:
+            if time.monotonic() - self._retention_read > RETENTION_TTL:
+                self._load_retention()
+            return self._retention
+
+    def set_retention(self, agent: str | None, days: int | None) -> RetentionPolicy:
+        """Set the default (agent None) or one agent's retention; days None keeps forever."""
+        for _ in range(10):
+            with self._retention_lock:
+                self._load_retention()
+                policy = RetentionPolicy(self._retention.default_days, dict(self._retention.agents))
+                if agent is None:
+                    policy.default_days = days
+                elif days is None:
+                    policy.agents.pop(agent, None)
+                else:
+                    policy.agents[agent] = days
+                try:
+                    info = write_object(self.store, INTERNAL_BUCKET, RETENTION, orjson.dumps(policy.to_dict()),
+                                        "application/json", swap_condition(self._retention_etag))
+                except PreconditionFailed:
+                    continue
+                self._retention, self._retention_etag = policy, info.etag
+                self._retention_read = time.monotonic()
+                return policy
+        raise PreconditionFailed("retention settings kept changing; try again")
+
+    def _load_retention(self) -> None:
+        found = read_object(self.store, INTERNAL_BUCKET, RETENTION)
+        if found is None:
+            self._retention, self._retention_etag = RetentionPolicy(), None
+        else:
+            doc = orjson.loads(found[0])
+            self._retention = RetentionPolicy(doc.get("default_days"), doc.get("agents", {}))
+            self._retention_etag = found[1].etag
+        self._retention_read = time.monotonic()
+
+
+def _redaction_key(store: ObjectStore) -> bytes:
+    """The deployment's key for redaction hashes: random, made once, sealed like everything."""
+    found = read_object(store, INTERNAL_BUCKET, REDACTION_KEY)
+    if found is not None:
+        return found[0]
+    try:
+        write_object(store, INTERNAL_BUCKET, REDACTION_KEY, os.urandom(32), condition=WriteCondition(if_none_match=True))
+    except PreconditionFailed:
+        pass  # another gateway made it first
+    found = read_object(store, INTERNAL_BUCKET, REDACTION_KEY)
+    assert found is not None
+    return found[0]

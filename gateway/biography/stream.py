@@ -1,0 +1,54 @@
+"""Biography events as a compaction stream: partitions, ids, Arrow tables, Parquet bytes."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pyarrow as pa
+
+from ..log import BioRecord
+from . import schema
+from .events import Event
+
+#: The sort order of a segment: session, then the order within the session.
+SORT_KEYS = [("session", "ascending"), ("seq", "ascending", "at_end"), ("ts", "ascending"),
+             ("event_id", "ascending")]
+
+
+def partition(agent: str, date: str) -> str:
+    return f"agent={agent}/date={date}"
+
+
+class BioStream:
+    name = "bio"
+    record_type = BioRecord
+    id_column = "event_id"
+    ts_column = "ts"
+
+    def payload(self, record: BioRecord) -> dict[str, Any]:
+        return record.event
+
+    def partition_of(self, payload: dict[str, Any]) -> str:
+        return partition(payload["agent"], schema.date_of(payload["ts"]))
+
+    def id_of(self, payload: dict[str, Any]) -> str:
+        return payload["event_id"]
+
+    def to_table(self, payloads: list[dict[str, Any]]) -> pa.Table:
+        return schema.events_to_table([Event.from_record(p) for p in payloads])
+
+    def sort(self, table: pa.Table) -> pa.Table:
+        return table.sort_by(SORT_KEYS)
+
+    def encode(self, table: pa.Table) -> bytes:
+        sink = io.BytesIO()
+        schema.write_table(table, sink)
+        return sink.getvalue()
+
+
+def read_events(table: pa.Table, agent: str) -> list[Event]:
+    return schema.table_to_events(table, agent)
+
+
+__all__ = ["BioStream", "partition", "read_events"]

@@ -1,0 +1,169 @@
+"""The ``biographies`` bucket: read the Parquet segments, write events as NDJSON objects.
+
+Reads go through :class:`BiographyBucket`, a store view over the current manifest, so the
+ordinary listing and GET handlers (ranges, conditional reads) serve it unchanged. A PUT
+of an ``.ndjson``/``.jsonl`` object, single or multipart (the aws cli switches to
+multipart above 8 MB), is staged in the internal bucket, validated whole, ingested as
+the caller, and removed: the bucket stores no NDJSON, only the events it carried.
+Permissions are the biography's: ``bio:GetEvents`` on ``AGENT/*`` to read an agent's
+segments, ``bio:PutEvents`` on ``AGENT/SESSION`` for every event written.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from ...biography import events as ev
+from ...biography.bucket import BUCKET, BiographyBucket
+from ...biography.service import Biographies
+from ...store.base import INTERNAL_BUCKET
+from ...store.objects import read_object
+from ..context import S3Context
+from ..errors import S3Error
+from ..message import Request, Response
+from . import listing, multipart, objects
+
+ARN = "arn:orgmem:bio:::"
+#: An NDJSON object ingested through S3 is at most this large (about 250k typical events).
+MAX_OBJECT = 256 * 1024 * 1024
+MAX_OBJECT_EVENTS = 1_000_000
+STAGING = "ingest/"
+SUFFIXES = (".ndjson", ".jsonl")
+
+
+def _service(ctx: S3Context) -> Biographies:
+    if ctx.biographies is None:
+        raise S3Error("NotImplemented", "This gateway serves no biographies.", 501)
+    return ctx.biographies
+
+
+def _may_read(req: Request, agent: str) -> bool:
+    return req.permits("bio:GetEvents", f"{ARN}{agent}/*", counted=False)
+
+
+def _view(ctx: S3Context, req: Request) -> S3Context:
+    bios = _service(ctx)
+    return replace(ctx, store=BiographyBucket(ctx.store, bios.snapshot(), lambda a: _may_read(req, a)))
+
+
+# -- reading ---------------------------------------------------------------------------
+
+
+def head_bucket(ctx: S3Context, req: Request) -> Response:
+    _service(ctx)
+    return Response(200, [("x-amz-bucket-region", ctx.region)])
+
+
+def list_v1(ctx: S3Context, req: Request) -> Response:
+    return listing.list_objects_v1(_view(ctx, req), req)
+
+
+def list_v2(ctx: S3Context, req: Request) -> Response:
+    return listing.list_objects_v2(_view(ctx, req), req)
+
+
+def get_object(ctx: S3Context, req: Request) -> Response:
+    _check_read(req)
+    return objects.get_object(_view(ctx, req), req)
+
+
+def head_object(ctx: S3Context, req: Request) -> Response:
+    _check_read(req)
+    return objects.head_object(_view(ctx, req), req)
+
+
+def _check_read(req: Request) -> None:
+    agent = req.key.split("/", 1)[0].removeprefix("agent=") if req.key.startswith("agent=") else None
+    if agent is not None and not req.permits("bio:GetEvents", f"{ARN}{agent}/*"):
+        raise S3Error("AccessDenied", f"You may not read the biography of {agent!r} "
+                      f"(bio:GetEvents on {ARN}{agent}/*).")
+
+
+# -- writing ---------------------------------------------------------------------------
+
+
+def _staged(req: Request) -> Request:
+    """The request aimed at the staging area: one per caller and key, in the internal bucket."""
+    _check_ingest_key(req.key)
+    return replace(req, bucket=INTERNAL_BUCKET, key=f"{STAGING}{req.principal.name}/{req.key}")
+
+
+def _check_ingest_key(key: str) -> None:
+    if not key.endswith(SUFFIXES):
+        raise S3Error("InvalidArgument", f"Objects written to the {BUCKET} bucket are events as NDJSON: "
+                      f"the key must end in .ndjson or .jsonl, not {key!r}.")
+
+
+def put_object(ctx: S3Context, req: Request) -> Response:
+    staged = _staged(req)
+    response = objects.put_object(ctx, staged)
+    _ingest(ctx, req, staged)
+    return response
+
+
+def create_upload(ctx: S3Context, req: Request) -> Response:
+    return _renamed(multipart.create_upload(ctx, _staged(req)), req)
+
+
+def upload_part(ctx: S3Context, req: Request) -> Response:
+    return multipart.upload_part(ctx, _staged(req))
+
+
+def complete_upload(ctx: S3Context, req: Request) -> Response:
+    staged = _staged(req)
+    response = multipart.complete_upload(ctx, staged)
+    _ingest(ctx, req, staged)
+    return _renamed(response, req)
+
+
+def abort_upload(ctx: S3Context, req: Request) -> Response:
+    return multipart.abort_upload(ctx, _staged(req))
+
+
+def list_parts(ctx: S3Context, req: Request) -> Response:
+    return _renamed(multipart.list_parts(ctx, _staged(req)), req)
+
+
+def refuse_delete(ctx: S3Context, req: Request) -> Response:
+    raise S3Error("MethodNotAllowed", f"The {BUCKET} bucket is append-only: segments are replaced by "
+                  "compaction and removed by retention (orgmem bio retain).", 405)
+
+
+def _renamed(response: Response, req: Request) -> Response:
+    """Answer with the names the client used, not the staging area's."""
+    staged = _staged(req)
+    response.body = (response.body.replace(f"<Bucket>{INTERNAL_BUCKET}</Bucket>".encode(),
+                                           f"<Bucket>{BUCKET}</Bucket>".encode())
+                     .replace(f"<Key>{staged.key}</Key>".encode(), f"<Key>{req.key}</Key>".encode())
+                     .replace(f"/{INTERNAL_BUCKET}/{staged.key}".encode(), f"/{BUCKET}/{req.key}".encode()))
+    return response
+
+
+def _ingest(ctx: S3Context, req: Request, staged: Request) -> None:
+    """Validate the staged object whole, check every event's grant, append, remove the object."""
+    try:
+        found = read_object(ctx.store, INTERNAL_BUCKET, staged.key)
+        if found is None:
+            raise S3Error("InternalError", "The uploaded object vanished before it was ingested.", 500)
+        body, info = found
+        if info.size > MAX_OBJECT:
+            raise S3Error("EntityTooLarge", f"An events object is at most {MAX_OBJECT} bytes; "
+                          "split it into several objects.")
+        namespace = f"s3:{BUCKET}/{req.key}"
+        try:
+            batch = ev.validate_batch(
+                body, caller=req.principal.name, now_us=int(time.time() * 1_000_000),
+                id_namespace=namespace, max_body=MAX_OBJECT, max_events=MAX_OBJECT_EVENTS)
+        except ev.EventError as exc:
+            raise S3Error("InvalidArgument", f"{exc}; no event of this object was stored.") from None
+        for agent, session in sorted({(e.agent, e.session) for e in batch}):
+            if not req.permits("bio:PutEvents", f"{ARN}{agent}/{session}"):
+                raise S3Error("AccessDenied", f"You may not write events for {agent}/{session} "
+                              f"(bio:PutEvents on {ARN}{agent}/{session}); no event was stored.")
+        _service(ctx).ingest(batch)
+    finally:
+        try:
+            ctx.store.delete_object(INTERNAL_BUCKET, staged.key)
+        except Exception:  # noqa: BLE001 - staging leftovers are harmless and overwritten
+            pass

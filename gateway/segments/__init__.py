@@ -1,0 +1,1 @@
+"""Parquet segments compacted from the durable log: manifest, files, compactor."""

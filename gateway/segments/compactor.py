@@ -1,0 +1,256 @@
+"""The compactor: log records into zstd Parquet segments, committed by one swap.
+
+One run reads the log past the compactor's checkpoint, groups records by stream and
+partition, drops retries (records whose id a partition already holds), writes new
+segments (merging a partition's small ones into them), and then swaps the checkpoint:
+new positions and new manifest together. Files are written first and the manifest
+last, so a reader never sees a segment that is not whole. When two gateways compact
+the same stretch at once, one swap wins; the loser deletes what it wrote and finds
+nothing left to do on its next run, so no record is lost or doubled.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..log import CheckpointConflict, DurableLog, advance
+from ..log.layout import Positions
+from ..logs import log as event_log
+from ..store.base import INTERNAL_BUCKET, StoreError
+from .files import SegmentFiles, Stream
+from .manifest import GRACE_SECONDS, KEY_PREFIX, Manifest, Segment
+
+CONSUMER = "compactor"
+#: Records consumed by one run at most (bounds memory; the next run takes the rest).
+MAX_RECORDS = 500_000
+#: A partition's segments below this size are merged once MERGE_AT of them exist.
+SMALL_BYTES = 8 * 1024 * 1024
+MERGE_AT = 4
+#: Runs between sweeps for segment files no manifest names (left by a crash mid-run).
+SWEEP_EVERY = 50
+
+#: Decides whether a segment has outlived its retention: (segment, now) -> drop it?
+Retention = Callable[[Segment, float], bool]
+
+
+@dataclass
+class Snapshot:
+    """What readers see: current segments plus the log past the positions they cover."""
+
+    manifest: Manifest
+    positions: Positions
+
+
+@dataclass
+class RunResult:
+    records: int = 0
+    log_objects: int = 0
+    written: list[str] = field(default_factory=list)
+    merged: int = 0
+    retired_by_retention: int = 0
+    deleted: int = 0
+    log_removed: int = 0
+    conflict: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"records": self.records, "log_objects": self.log_objects, "segments_written": len(self.written),
+                "segments_merged": self.merged, "segments_expired": self.retired_by_retention,
+                "files_deleted": self.deleted, "log_objects_removed": self.log_removed,
+                "conflict": self.conflict}
+
+
+class Compactor:
+    def __init__(self, log: DurableLog, files: SegmentFiles, streams: Sequence[Stream],
+                 retention: Retention | None = None, grace: float = GRACE_SECONDS,
+                 max_records: int = MAX_RECORDS) -> None:
+        self.log = log
+        self.files = files
+        self.streams = {s.name: s for s in streams}
+        self._by_type = {s.record_type: s for s in streams}
+        self.retention = retention
+        self.grace = grace
+        self.max_records = max_records
+        self._ids: dict[str, frozenset[str]] = {}  # segment key -> its ids (segments never change)
+        self._lock = threading.Lock()
+        self._runs = 0
+
+    def snapshot(self) -> Snapshot:
+        cp = self.log.checkpoints.load(CONSUMER)
+        return Snapshot(Manifest.from_state(cp.state), cp.positions)
+
+    def run(self, max_runs: int = 20) -> RunResult:
+        """Compact until the log holds nothing new (or ``max_runs`` runs); totals of all runs."""
+        total = RunResult()
+        for _ in range(max_runs):
+            result = self.run_once()
+            total.records += result.records
+            total.log_objects += result.log_objects
+            total.written += result.written
+            total.merged += result.merged
+            total.retired_by_retention += result.retired_by_retention
+            total.deleted += result.deleted
+            total.log_removed += result.log_removed
+            if not result.conflict and result.log_objects == 0:
+                break
+        return total
+
+    def run_once(self) -> RunResult:
+        with self._lock:
+            self._runs += 1
+            result = self._run()
+            if self._runs % SWEEP_EVERY == 0:
+                self.sweep()
+            return result
+
+    # -- one run ------------------------------------------------------------
+
+    def _run(self) -> RunResult:
+        now = time.time()
+        result = RunResult()
+        cp = self.log.checkpoints.load(CONSUMER)
+        manifest = Manifest.from_state(cp.state)
+        positions, batches = self._read_log(cp.positions, result)
+        added: list[Segment] = []
+        removed: list[Segment] = []
+        try:
+            for stream_name, payloads in batches.items():
+                stream = self.streams[stream_name]
+                for partition, items in _group(stream, payloads).items():
+                    new, old = self._compact_partition(stream, manifest, partition, items, now)
+                    added += new
+                    removed += old
+            expired = self._expired_by_retention(manifest, now)
+            result.retired_by_retention = len(expired)
+            removed += expired
+            result.merged = sum(1 for s in removed if s not in expired)
+            due = manifest.expired(now)
+            if not added and not removed and not due and positions == cp.positions:
+                return result
+            for retired in due:  # past their grace: no reader can still be using them
+                self.files.delete(retired.key)
+            result.deleted = len(due)
+            updated = manifest.replace(added, removed, now, self.grace).without_retired({r.key for r in due})
+            self.log.checkpoints.save(cp, positions, updated.to_state())
+        except CheckpointConflict:
+            self._discard(added)
+            result.conflict = True
+            return result
+        except BaseException:
+            self._discard(added)
+            raise
+        result.written = [s.key for s in added]
+        try:
+            result.log_removed = self.log.collect()
+        except StoreError as exc:  # collection is retried on the next run
+            event_log.warning("log_collect_failed", error=exc.__class__.__name__)
+        return result
+
+    def _read_log(self, start: Positions, result: RunResult) -> tuple[Positions, dict[str, list]]:
+        live = set(self.log.reader.writers())
+        # a writer with no objects left can be forgotten: everything it wrote was collected
+        positions = {w: s for w, s in start.items() if w in live}
+        batches: dict[str, list] = defaultdict(list)
+        for writer, seq in self.log.reader.pending(start):
+            if result.records >= self.max_records:
+                break
+            records = self.log.reader.read(writer, seq)
+            if records is None:  # collected by a gateway whose checkpoint is newer: we will conflict
+                continue
+            for record in records:
+                stream = self._by_type.get(type(record))
+                if stream is not None:
+                    batches[stream.name].append(stream.payload(record))
+            advance(positions, writer, seq)
+            result.records += len(records)
+            result.log_objects += 1
+        return positions, batches
+
+    def _compact_partition(self, stream: Stream, manifest: Manifest, partition: str,
+                           payloads: list[dict], now: float) -> tuple[list[Segment], list[Segment]]:
+        existing = manifest.of(stream.name, partition)
+        seen: set[str] = set()
+        for segment in existing:
+            seen |= self._segment_ids(stream, segment)
+        fresh = []
+        for payload in payloads:
+            ident = stream.id_of(payload)
+            if ident not in seen:
+                seen.add(ident)
+                fresh.append(payload)
+        if not fresh:
+            return [], []
+        table = stream.to_table(fresh)
+        small = [s for s in existing if s.bytes < SMALL_BYTES]
+        merged: list[Segment] = []
+        if len(small) + 1 >= MERGE_AT:
+            tables = [self.files.table(s.key) for s in small] + [table]
+            table = stream.sort(pa.concat_tables(tables, promote_options="default"))
+            merged = small
+        return [self._write(stream, partition, table, now)], merged
+
+    def _write(self, stream: Stream, partition: str, table: pa.Table, now: float) -> Segment:
+        data = stream.encode(table)
+        low, high = pc.min_max(table[stream.ts_column].cast(pa.int64())).values()
+        name = f"{int(now * 1000):012x}-{os.urandom(6).hex()}.parquet"
+        segment = Segment(stream.name, partition, name, table.num_rows, len(data),
+                          low.as_py(), high.as_py(), now)
+        self.files.write(segment.key, data)
+        self._ids[segment.key] = frozenset(table[stream.id_column].to_pylist())
+        return segment
+
+    def _segment_ids(self, stream: Stream, segment: Segment) -> frozenset[str]:
+        ids = self._ids.get(segment.key)
+        if ids is None:
+            ids = frozenset(self.files.table(segment.key, [stream.id_column])[stream.id_column].to_pylist())
+            self._ids[segment.key] = ids
+        return ids
+
+    def _expired_by_retention(self, manifest: Manifest, now: float) -> list[Segment]:
+        if self.retention is None:
+            return []
+        return [s for s in manifest.segments if self.retention(s, now)]
+
+    def _discard(self, segments: list[Segment]) -> None:
+        for segment in segments:
+            try:
+                self.files.delete(segment.key)
+            except StoreError:
+                pass  # an orphan: the sweep removes it
+            self._ids.pop(segment.key, None)
+
+    # -- housekeeping ---------------------------------------------------------
+
+    def sweep(self) -> int:
+        """Delete segment files no manifest names and older than the grace period."""
+        snapshot = self.snapshot()
+        known = {s.key for s in snapshot.manifest.segments} | {r.key for r in snapshot.manifest.retired}
+        cutoff = time.time() - self.grace
+        removed = 0
+        for stream in self.streams:
+            after = ""
+            while True:
+                page = self.log.store.list_objects(INTERNAL_BUCKET, f"{KEY_PREFIX}{stream}/", "", after, 1000)
+                for entry in page.entries:
+                    if entry.key not in known and entry.last_modified < cutoff:
+                        self.files.delete(entry.key)
+                        removed += 1
+                if not page.is_truncated or not page.next_marker:
+                    break
+                after = page.next_marker
+        return removed
+
+
+def _group(stream: Stream, payloads: list[dict]) -> dict[str, list[dict]]:
+    groups: dict[str, list[dict]] = defaultdict(list)
+    for payload in payloads:
+        groups[stream.partition_of(payload)].append(payload)
+    return groups
