@@ -614,7 +614,11 @@ def policy_simulate(ctx: click.Context, principal: str, action: str, resource: s
 
 @admin.group()
 def audit() -> None:
-    """Read the audit log: one record per request, allowed or denied."""
+    """Read the audit log: one record per request, allowed or denied.
+
+    `query` finds records (oldest first from --since); `tail` shows the newest and can
+    --follow. Both read the compacted Parquet and the newest records of the log alike.
+    """
 
 
 _AUDIT_COLUMNS = (("TIME", 24), ("PRINCIPAL", 16), ("ACTION", 24), ("RESOURCE", 40),
@@ -672,18 +676,54 @@ def _read_until_caught_up(client: AdminClient, first: Mapping[str, Any], princip
         params = {"after": cursor}
 
 
+def _audit_filters(command):
+    """--since, --principal, --denied, --limit and --json, shared by ``query`` and ``tail``."""
+    for option in reversed([
+        click.option("--since", type=Since(), help="Start at this time: 10m, 2h, 7d ago, an ISO-8601 "
+                     "time or epoch seconds."),
+        click.option("--principal", metavar="NAME", help="Only this principal's requests."),
+        click.option("--denied", is_flag=True, help="Only denied requests."),
+        json_option,
+    ]):
+        command = option(command)
+    return command
+
+
+@audit.command("query")
+@_audit_filters
+@click.option("--limit", type=click.IntRange(1, 1_000_000), default=1000, show_default=True,
+              help="Show at most the first N matching records.")
+def audit_query(since: str | None, principal: str | None, denied: bool, as_json: bool, limit: int) -> None:
+    """Find audit records, oldest first: time, principal, action, resource, decision, reason, status.
+
+    With --json, one JSON record per line. When more than --limit records match, the first
+    --limit are shown and a note on stderr says so.
+    """
+    client = _client()
+    records: list = []
+    params: dict[str, Any] = {"since": since} if since else {}
+    while len(records) <= limit:
+        want = min(AUDIT_PAGE, limit + 1 - len(records))  # one more than shown: are there more?
+        page = client.audit(principal=principal, denied=denied, limit=want, **params)
+        got = page.get("records") or []
+        records.extend(got)
+        if len(got) < want or not page.get("cursor"):
+            break
+        params = {"after": page["cursor"]}
+    _AuditPrinter(as_json, fixed=False)(records[:limit])
+    if len(records) > limit:
+        click.echo(f"note: more than {limit} records match; showing the first {limit} "
+                   "(narrow --since, or raise --limit)", err=True)
+
+
 @audit.command("tail")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new records (polls every second) "
               "until Ctrl-C; its own polls of the audit log are not shown.")
-@click.option("--principal", metavar="NAME", help="Only this principal's requests.")
-@click.option("--denied", is_flag=True, help="Only denied requests.")
-@click.option("--since", type=Since(), help="Start at this time: 10m, 2h, 7d ago, an ISO-8601 time "
-              "or epoch seconds.")
+@_audit_filters
 @click.option("--limit", type=click.IntRange(1, 100_000), default=100, show_default=True,
               help="Show at most the last N records (before following).")
-@json_option
-def audit_tail(follow: bool, principal: str | None, denied: bool, since: str | None, limit: int,
-               as_json: bool) -> None:
+def audit_tail(follow: bool, since: str | None, principal: str | None, denied: bool, as_json: bool,
+               limit: int) -> None:
     """Show the most recent audit records: time, principal, action, resource, decision, reason, status.
 
     With --json, one JSON record per line.

@@ -17,6 +17,7 @@ from .biography.service import Biographies
 from .biography.stream import BioStream
 from .config import Config
 from .iam.audit import AuditLog
+from .iam.audit_stream import AuditStream
 from .iam.authn import Authenticator
 from .iam.authz import Authorizer
 from .iam.identities import IdentityStore
@@ -180,12 +181,13 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     identities = IdentityStore(store, RootCredentials(access_key, secret_key))
     authenticator = Authenticator(identities)
     authorizer = Authorizer(identities)
-    audit = AuditLog(audit_directory(config))
     metrics = Metrics(store.count_uploads)
-    recorder = Recorder(audit, metrics)
     durable_log = DurableLog(store, consumers=(COMPACTOR,))
     files = SegmentFiles(store)
-    biographies = Biographies(store, durable_log, Compactor(durable_log, files, [BioStream()]), files)
+    compactor = Compactor(durable_log, files, [BioStream(), AuditStream()])
+    audit = AuditLog(durable_log, compactor)
+    recorder = Recorder(audit, metrics)
+    biographies = Biographies(store, durable_log, compactor, files)
     ctx = S3Context(store=store, region=config.region, biographies=biographies)
     s3 = S3App(ctx, authenticator, executor, authorizer, recorder, domain=config.domain,
                body_timeout=config.body_timeout, inline_io=config.backend == "local")
@@ -193,8 +195,3 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     bio_api.add_routes(router, biographies)
     rest = RestApp(router, authenticator, authorizer, recorder, executor)
     return Gateway(config, store, s3, rest, identities, audit, executor, durable_log, biographies)
-
-
-def audit_directory(config: Config) -> Path:
-    """Audit files live in the reserved area beside the root credentials, owner-only."""
-    return Path(config.data) / ".orgmem" / "audit"

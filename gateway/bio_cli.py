@@ -543,16 +543,7 @@ def retain(agent: str | None, days: int | None, forever: bool, reset: bool, as_j
         else:
             _show_retention(settings, agent)
         return
-    if forever and agent:
-        # The API's "days": null for an agent drops the agent's own setting, so the
-        # agent follows the default; that is "forever" only when the default is.
-        current = client.retention(agent)
-        if current.get("default_days") is not None:
-            raise _fail(f"cannot keep agent {agent} forever while the default is "
-                        f"{_days(current['default_days'])}: the gateway has no per-agent \"forever\" "
-                        f"(a null setting falls back to the default). Give it a long --days (at most 36500) "
-                        f"instead.", "Unsupported")
-    settings = client.set_retention(days, agent)
+    settings = client.set_retention(days, agent, reset=reset)
     if as_json:
         click.echo(json.dumps(settings, indent=2))
         return

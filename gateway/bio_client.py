@@ -171,13 +171,15 @@ class BioClient:
         ``agent`` only changes which grant is checked (``AGENT/*`` instead of ``*``)."""
         return self._call("GET", "/v1/bio/retention", query={"agent": agent or None})
 
-    def set_retention(self, days: int | None, agent: str | None = None) -> JSON:
+    def set_retention(self, days: int | None, agent: str | None = None, reset: bool = False) -> JSON:
         """Set the default retention (``agent=None``) or one agent's; returns the settings.
 
-        ``days=None``: for the default, keep forever; for an agent, drop its own setting so
-        the default applies again.
+        ``days=None`` keeps forever; ``reset=True`` drops the agent's own setting so the
+        default applies to it again.
         """
-        payload = {"agent": agent, "days": None if days is None else int(days)}
+        payload: dict[str, Any] = {"agent": agent, "days": None if days is None else int(days)}
+        if reset:
+            payload["reset"] = True
         return self._call("PUT", "/v1/bio/retention", body=json.dumps(payload).encode(),
                           content_type="application/json")
 

@@ -30,7 +30,10 @@ import binascii
 import bisect
 import os
 import struct
+import threading
+from collections import deque
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -74,6 +77,11 @@ _INDEX = struct.Struct(">QB")  # chunk index, final flag
 _ZERO12 = bytes(12)
 #: Ciphertext a reader fetches and throws away rather than opening a second backend range.
 MERGE_GAP = 256 * 1024
+#: Plaintext an opening reader reads from the backend (and decrypts, and returns) at once:
+#: whole chunks, at least one.
+RUN = 1 << 20
+#: Ciphertext an opening reader of a large range reads and decrypts ahead of its consumer.
+READ_AHEAD = 3 * RUN
 
 
 class Readable(Protocol):
@@ -634,61 +642,93 @@ class OpeningReader(_PieceReader):
         return self._source.fetches
 
     def _pieces(self) -> Iterator[bytes]:
+        pending: deque[_Pending] = deque()
         try:
-            yield from self._open()
+            yield from self._open(pending)
         finally:
+            for item in pending:  # closed early: work queued for it is dropped, not waited for
+                if item.future is not None:
+                    item.future.cancel()
             self._source.close()
 
-    def _open(self) -> Iterator[bytes]:
-        decrypt, pack = self._aead.decrypt, _INDEX.pack
+    def _open(self, pending: deque[_Pending]) -> Iterator[bytes]:
+        """Runs of chunks in order, each read with one backend read. With a large range, the
+        runs after the one being returned are read and decrypted ahead on the shared pool
+        (cryptography releases the GIL while it decrypts), within ``READ_AHEAD`` bytes; a run
+        still queued when it is needed is decrypted here instead, so a busy pool never
+        makes a reader wait."""
+        runs = self._runs()
+        pool = _decrypt_pool() if self.end - self.start >= 2 * RUN else None
+        ahead = 0  # ciphertext bytes read and not yet returned
+        exhausted = False
+        while True:
+            while not exhausted and (not pending or (pool is not None and ahead < READ_AHEAD)):
+                try:
+                    run = next(runs)
+                except StopIteration:
+                    exhausted = True
+                    break
+                except Exception as exc:  # noqa: BLE001 - raised when its turn comes
+                    pending.append(_Pending(None, None, exc))
+                    exhausted = True
+                    break
+                future = pool.submit(run.open, self._aead) if pool is not None and pending else None
+                pending.append(_Pending(run, future, None))
+                ahead += run.size
+            if not pending:
+                return
+            item = pending.popleft()
+            if item.error is not None:
+                raise item.error
+            ahead -= item.run.size
+            if item.future is None or item.future.cancel():
+                plain = item.run.open(self._aead)
+            else:
+                plain = item.future.result()
+            if plain:
+                yield plain
+
+    def _runs(self) -> Iterator[_Run]:
+        """Each span's header, checked, then its chunks in runs of up to ``RUN`` plaintext
+        bytes (the first run of the reader is one chunk: what opening an object primes)."""
         previous = 0
+        first_run = True
         for span, geo, j0, j1, lo, hi in self._plan:
+            header = self._header(span, previous)
+            previous = header.part_number
             where = "the object's" if span.kind == KIND_SINGLE else f"part {span.position + 1}'s"
-            header = parse_header(self._source.read_at(span.cipher_start, HEADER))
-            if header.kind != span.kind:
-                raise IntegrityError(f"{where} header is of another kind (a part where a single "
-                                     "object belongs, or the reverse)")
-            if span.kind == KIND_PART:
-                number = header.part_number
-                if header.plain_size != span.plain_size:
-                    raise IntegrityError(f"{where} header declares {header.plain_size} bytes "
-                                         f"but the part holds {span.plain_size}")
-                if span.part_number is not None and number != span.part_number:
-                    raise IntegrityError(f"{where} header carries part number {number}, "
-                                         f"expected {span.part_number} (parts moved?)")
-                if number <= previous or number < span.position + 1:
-                    raise IntegrityError(f"{where} header carries part number {number}, out of "
-                                         "order (parts moved or duplicated)")
-                previous = number
             prefix = header.raw + _PART_NUMBER.pack(header.part_number)
             seed = int.from_bytes(header.seed, "big")
-            last, size, total = geo.count - 1, geo.size, geo.plain
-            read_at = self._source.read_at
-            first = geo.plain_start(j0)  # plaintext offset of chunk j within the span
-            offset = span.cipher_start + geo.cipher_start(j0)
-            for j in range(j0, j1 + 1):
-                stop = first + size
-                if stop > total:
-                    stop = total
-                length = stop - first + TAG
-                sealed = read_at(offset, length)
-                try:
-                    plain = decrypt((seed ^ j).to_bytes(12, "big"), sealed, prefix + pack(j, j == last))
-                except InvalidTag:
-                    raise IntegrityError(
-                        f"{where} chunk {j} failed authentication: the object was damaged, "
-                        "truncated, reordered or swapped on the backend, or the data key is "
-                        "not its own") from None
-                if lo <= first and hi >= stop:
-                    if plain:
-                        yield plain
-                else:
-                    a = lo - first if lo > first else 0
-                    b = hi - first
-                    if b > a:
-                        yield plain[a:b]
-                offset += length
-                first = stop
+            per_run = max(1, RUN // geo.size)
+            j = j0
+            while j <= j1:
+                stop = min(j1 + 1, j + (1 if first_run else per_run))
+                first_run = False
+                offset = span.cipher_start + geo.cipher_start(j)
+                length = geo.cipher_end(stop - 1) - geo.cipher_start(j)
+                data = self._source.read_at(offset, length)
+                yield _Run(data, geo, j, stop, lo, hi, seed, prefix, where)
+                j = stop
+
+    def _header(self, span: PartSpan, previous: int) -> Header:
+        """A span's header, read and checked against where the span sits in the layout."""
+        where = "the object's" if span.kind == KIND_SINGLE else f"part {span.position + 1}'s"
+        header = parse_header(self._source.read_at(span.cipher_start, HEADER))
+        if header.kind != span.kind:
+            raise IntegrityError(f"{where} header is of another kind (a part where a single "
+                                 "object belongs, or the reverse)")
+        if span.kind == KIND_PART:
+            number = header.part_number
+            if header.plain_size != span.plain_size:
+                raise IntegrityError(f"{where} header declares {header.plain_size} bytes "
+                                     f"but the part holds {span.plain_size}")
+            if span.part_number is not None and number != span.part_number:
+                raise IntegrityError(f"{where} header carries part number {number}, "
+                                     f"expected {span.part_number} (parts moved?)")
+            if number <= previous or number < span.position + 1:
+                raise IntegrityError(f"{where} header carries part number {number}, out of "
+                                     "order (parts moved or duplicated)")
+        return header
 
     def close(self) -> None:
         self._done = True
@@ -703,6 +743,81 @@ class OpeningReader(_PieceReader):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Run:
+    """Consecutive chunks of one span as read from the backend in one piece, opened (all of
+    them authenticated, the plaintext cut to the range) by :meth:`open`, on any thread."""
+
+    __slots__ = ("data", "geo", "j0", "stop", "lo", "hi", "seed", "prefix", "where")
+
+    def __init__(self, data: bytes, geo: _Geometry, j0: int, stop: int, lo: int, hi: int,
+                 seed: int, prefix: bytes, where: str) -> None:
+        self.data, self.geo, self.j0, self.stop = data, geo, j0, stop
+        self.lo, self.hi, self.seed, self.prefix, self.where = lo, hi, seed, prefix, where
+
+    @property
+    def size(self) -> int:
+        return len(self.data)
+
+    def open(self, aead: AESGCM) -> bytes:
+        """The run's plaintext within ``[lo, hi)`` of its span, in one piece; IntegrityError
+        for the first chunk that fails, so none of a failing run is returned."""
+        decrypt, pack, seed, prefix = aead.decrypt, _INDEX.pack, self.seed, self.prefix
+        geo, lo, hi = self.geo, self.lo, self.hi
+        last, size, total = geo.count - 1, geo.size, geo.plain
+        view = memoryview(self.data)
+        pieces = []
+        first = geo.plain_start(self.j0)  # plaintext offset of chunk j within the span
+        at = 0
+        for j in range(self.j0, self.stop):
+            stop = first + size
+            if stop > total:
+                stop = total
+            length = stop - first + TAG
+            try:
+                plain = decrypt((seed ^ j).to_bytes(12, "big"), view[at:at + length],
+                                prefix + pack(j, j == last))
+            except InvalidTag:
+                raise IntegrityError(
+                    f"{self.where} chunk {j} failed authentication: the object was damaged, "
+                    "truncated, reordered or swapped on the backend, or the data key is "
+                    "not its own") from None
+            if lo <= first and hi >= stop:
+                pieces.append(plain)
+            else:
+                a = lo - first if lo > first else 0
+                if hi - first > a:
+                    pieces.append(plain[a:hi - first])
+            at += length
+            first = stop
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A run read ahead (decrypting on the pool when ``future``), or what reading it raised."""
+
+    run: _Run | None
+    future: Future | None
+    error: BaseException | None
+
+
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _decrypt_pool() -> ThreadPoolExecutor | None:
+    """The threads readers decrypt ahead on, one per CPU (at most 4); None on one CPU, where
+    decrypting ahead would only add hand-offs."""
+    global _POOL
+    cpus = min(4, os.cpu_count() or 1)
+    if cpus < 2:
+        return None
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(cpus, thread_name_prefix="orgmem-decrypt")
+        return _POOL
 
 
 def _add_extent(extents: list[tuple[int, int]], start: int, end: int, gap: int) -> None:

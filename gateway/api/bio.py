@@ -28,6 +28,8 @@ class RetentionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     days: int | None = Field(default=None, ge=1, le=36500)
     agent: str | None = None
+    #: drop the agent's own setting (the default applies again)
+    reset: bool = False
 
 
 def add_routes(r: Router, bios: Biographies) -> None:
@@ -117,7 +119,9 @@ class BioApi:
 
     def put_retention(self, call: Call) -> Reply:
         body = call.model(RetentionBody)
-        return Reply(200, self.bios.set_retention(body.agent, body.days).to_dict())
+        if body.reset and (body.agent is None or body.days is not None):
+            raise ApiError("InvalidArgument", "reset drops one agent's own setting: give agent, without days.")
+        return Reply(200, self.bios.set_retention(body.agent, body.days, body.reset).to_dict())
 
 
 def _checked_agent(agent: str) -> str:

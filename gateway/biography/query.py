@@ -51,8 +51,8 @@ class Filter:
         return order_key(e) if self.session is not None else time_key(e)
 
 
-def segments_for(snapshot: Snapshot, f: Filter) -> list[Segment]:
-    """The agent's segments that can hold matching events (by partition date and ts range)."""
+def segments_for(snapshot: Snapshot, f: Filter, after_ts: int | None = None) -> list[Segment]:
+    """The agent's segments that can hold matching events (by partition and ts range)."""
     out = []
     for s in snapshot.manifest.of("bio"):
         if s.value("agent") != f.agent:
@@ -61,16 +61,30 @@ def segments_for(snapshot: Snapshot, f: Filter) -> list[Segment]:
             continue
         if f.until is not None and s.min_ts >= f.until:
             continue
+        if after_ts is not None and s.max_ts < after_ts:
+            continue
         out.append(s)
     return out
 
 
-def gather(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, f: Filter) -> list[Event]:
-    """Every matching event, each id once, in the filter's order."""
+def gather(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, f: Filter,
+           after: tuple | None = None, limit: int | None = None) -> list[Event]:
+    """Matching events after ``after`` (a sort key), each id once, in the filter's order.
+
+    In time order, each segment is cut to its first ``limit`` rows past the cursor in
+    Arrow before any row becomes an Event, so reading page N costs a page, not N pages.
+    """
+    timeline = f.session is None
+    after_ts = after[0] if timeline and after else None
     seen: set[str] = set()
     out: list[Event] = []
-    for segment in segments_for(snapshot, f):
-        for e in schema.table_to_events(_filtered(files.table(segment.key), f), f.agent):
+    for segment in segments_for(snapshot, f, after_ts):
+        table = _filtered(files.table(segment.key), f)
+        if timeline and after:
+            table = _past(table, after)
+        if timeline and limit is not None:
+            table = table.sort_by([("ts", "ascending"), ("event_id", "ascending")]).slice(0, limit + 1)
+        for e in schema.table_to_events(table, f.agent):
             if e.event_id not in seen:
                 seen.add(e.event_id)
                 out.append(e)
@@ -79,7 +93,17 @@ def gather(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, f: Filter
             seen.add(e.event_id)
             out.append(e)
     out.sort(key=f.sort_key)
+    if after is not None:
+        out = out[_bisect(out, f, after):]
     return out
+
+
+def _past(table: pa.Table, after: tuple) -> pa.Table:
+    """Rows whose (ts, event_id) comes after the cursor's."""
+    ts = table["ts"].cast(pa.int64())
+    later = pc.greater(ts, after[0])
+    same = pc.and_(pc.equal(ts, after[0]), pc.greater(table["event_id"], after[1]))
+    return table.filter(pc.or_(later, same))
 
 
 def tail(snapshot: Snapshot, reader: LogReader, agent: str | None = None) -> Iterable[Event]:
@@ -111,14 +135,13 @@ def _and(mask, more):
 # -- pages -----------------------------------------------------------------------
 
 
-def page(events: list[Event], f: Filter, limit: int, cursor: str | None) -> tuple[list[Event], str | None]:
+def page(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, f: Filter, limit: int,
+         cursor: str | None) -> tuple[list[Event], str | None]:
     """One page after ``cursor``, and the cursor of the next page (None at the end)."""
-    start = 0
-    if cursor:
-        after = decode_cursor(cursor, f)
-        start = _bisect(events, f, after)
-    chosen = events[start:start + limit]
-    more = start + limit < len(events)
+    after = decode_cursor(cursor, f) if cursor else None
+    events = gather(snapshot, files, reader, f, after, limit)
+    chosen = events[:limit]
+    more = len(events) > limit
     return chosen, encode_cursor(f.sort_key(chosen[-1]), f) if more and chosen else None
 
 

@@ -120,8 +120,7 @@ class Biographies:
 
     def events(self, f: query.Filter, limit: int = 100,
                cursor: str | None = None) -> tuple[list[Event], str | None]:
-        everything = query.gather(self.snapshot(), self.files, self.log.reader, f)
-        return query.page(everything, f, limit, cursor)
+        return query.page(self.snapshot(), self.files, self.log.reader, f, limit, cursor)
 
     def sessions(self, agent: str) -> list[dict]:
         return query.sessions(query.gather(self.snapshot(), self.files, self.log.reader, query.Filter(agent)))
@@ -147,15 +146,16 @@ class Biographies:
                 self._load_retention()
             return self._retention
 
-    def set_retention(self, agent: str | None, days: int | None) -> RetentionPolicy:
-        """Set the default (agent None) or one agent's retention; days None keeps forever."""
+    def set_retention(self, agent: str | None, days: int | None, reset: bool = False) -> RetentionPolicy:
+        """Set the default (agent None) or one agent's retention; days None keeps forever.
+        ``reset`` drops an agent's own setting, so the default applies to it again."""
         for _ in range(10):
             with self._retention_lock:
                 self._load_retention()
                 policy = RetentionPolicy(self._retention.default_days, dict(self._retention.agents))
                 if agent is None:
                     policy.default_days = days
-                elif days is None:
+                elif reset:
                     policy.agents.pop(agent, None)
                 else:
                     policy.agents[agent] = days
