@@ -5,9 +5,10 @@ Builds a realistic ~1 MiB agent transcript (English prose, Python/JS/Go code, sh
 git SHAs, UUIDs and digests, JSON tool results with token usage) as a list of events, then
 times, single-threaded, best of N runs:
 
-1. ``Redactor.redact_text`` over the whole transcript as one string: clean, and with a few
-   planted secrets;
-2. per event, the way ingestion calls it: ``redact_text(content)`` + ``redact_json(data)``;
+1. ``Redactor.redact_text`` over the whole transcript as one string: clean, with a few
+   planted secrets, and with a few non-ASCII characters (which make CPython store it wide);
+2. per event, the way ingestion calls it: ``redact_text(content)`` + ``redact_json(data)``,
+   and as one ``redact_json`` of the whole event (one prefilter pass instead of two);
 3. ``add_values`` exact-value redaction with 20 and 200 registered values;
 4. peers in the same run: ``orjson.dumps`` + ``zstd`` level 3 of the events (what ingestion
    already spends per byte), and the naive design this module avoids: the same provider
@@ -232,12 +233,14 @@ def main() -> None:
     clean = "\n".join(e["content"] + "\n" + json.dumps(e["data"], indent=1) for e in events)
     secrets = fake_secrets(r)
     dirty = plant(clean, secrets, r)
+    wide = clean.replace("reviewed", "reviewed — “twice” ✅", 50)  # a few non-ASCII characters
     red = Redactor(b"bench-key")
 
     out, n = red.redact_text(clean)
     assert n == 0 and out == clean, f"false positives in the clean transcript: {n}"
     out, n = red.redact_text(dirty)
     assert n == len(secrets) and not any(s in out for s in secrets[:-1]), "missed a planted secret"
+    assert red.redact_text(wide) == (wide, 0), "false positives in the non-ASCII transcript"
 
     def per_event() -> None:
         for e in events:
@@ -260,7 +263,17 @@ def main() -> None:
             len(dirty),
             best(lambda: red.redact_text(dirty), args.runs),
         ),
+        (
+            "redact_text, whole transcript, non-ASCII",
+            len(wide),
+            best(lambda: red.redact_text(wide), args.runs),
+        ),
         (f"per event: text + json ({len(events)} events)", size, best(per_event, args.runs)),
+        (
+            "per event: one redact_json of {content, data}",
+            size,
+            best(lambda: [red.redact_json(e) for e in events], args.runs),
+        ),
         ("redact_text + 20 vault values", size, best(lambda: vault20.redact_text(clean), args.runs)),
         ("redact_text + 200 vault values", size, best(lambda: vault200.redact_text(clean), args.runs)),
         (

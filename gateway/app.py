@@ -7,6 +7,7 @@ import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from .api import bio as bio_api
@@ -23,6 +24,8 @@ from .iam.authz import Authorizer
 from .iam.identities import IdentityStore
 from .iam.principals import RootCredentials
 from .log import DurableLog
+from .log.lease import TTL as LEASE_TTL
+from .log.lease import Lease
 from .logs import log
 from .metrics import Metrics
 from .recorder import Recorder
@@ -57,6 +60,12 @@ class Gateway:
     executor: ThreadPoolExecutor
     durable_log: DurableLog
     biographies: Biographies
+
+    @cached_property
+    def compaction_lease(self) -> Lease:
+        """Replicas sharing a bucket compact in turn: whoever holds this lease."""
+        return Lease(self.store, COMPACTOR, self.durable_log.writer_id,
+                     ttl=max(LEASE_TTL, 3.0 * self.config.compact_interval))
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] == "lifespan":
@@ -108,6 +117,7 @@ class Gateway:
                     await asyncio.gather(sweeper, return_exceptions=True)
                 self.executor.shutdown(wait=True, cancel_futures=True)
                 self.durable_log.close()
+                self._release_lease()
                 self.audit.close()
                 self.store.close()
                 log.info("stopped")
@@ -130,6 +140,13 @@ class Gateway:
             except Exception as exc:  # noqa: BLE001 - keep serving with what we have
                 log.warning("identities_refresh_failed", error=exc.__class__.__name__)
 
+    def _release_lease(self) -> None:
+        if self.config.compact_interval:
+            try:
+                self.compaction_lease.release()
+            except StoreError as exc:  # it expires by itself
+                log.warning("lease_release_failed", error=exc.__class__.__name__)
+
     async def _compact(self) -> None:
         """Turn the log into Parquet now and then; queries read the uncompacted tail meanwhile."""
         if not self.config.compact_interval:
@@ -138,6 +155,8 @@ class Gateway:
         while True:
             await asyncio.sleep(self.config.compact_interval)
             try:
+                if not await loop.run_in_executor(self.executor, self.compaction_lease.acquire):
+                    continue  # another replica compacts; queries read the log tail meanwhile
                 result = await loop.run_in_executor(self.executor, self.biographies.compactor.run_once)
                 if result.written or result.conflict:
                     log.info("compacted", **result.to_dict())

@@ -45,6 +45,8 @@ def main() -> None:
 @click.option("--backend-region", help="Region of the s3:// backend's bucket.")
 @click.option("--backend-timeout", type=int,
               help="Seconds an upstream request may wait for an answer (default 30).")
+@click.option("--compact-interval", type=int,
+              help="Seconds between compactions of the log into Parquet (default 5; 0: on demand only).")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""
     from . import httpserver

@@ -180,6 +180,30 @@ def test_private_key_variants(red):
     assert n == 1 and out["key"].startswith("[REDACTED:private_key:")
 
 
+def test_private_key_edges_keep_surrounding_text(red):
+    head = _pem().rsplit("-----END", 1)[0].rstrip()
+    out, n = red.redact_text(f"{head}\nand then the build continued with step two\nok")
+    assert n == 1 and out.endswith("]\nand then the build continued with step two\nok")
+    # a header mentioned in prose does not swallow the text up to a later key's END line
+    pem = _pem()
+    prose = "Files start with -----BEGIN RSA PRIVATE KEY----- and we never log them.\n"
+    out, n = red.redact_text(prose + "Found one:\n" + pem)
+    assert n == 1 and out.startswith(prose + "Found one:\n[REDACTED:private_key:")
+    body = base64.b64encode(_R.randbytes(48)).decode()
+    encrypted = (
+        f"-----BEGIN RSA PRIVATE KEY-----\nProc-Type: 4,ENCRYPTED\nDEK-Info: AES-128-CBC,{_rand(32, '0123456789ABCDEF')}"
+        f"\n\n{body}\n-----END RSA PRIVATE KEY-----"
+    )
+    assert _types(red.redact_text(encrypted)[0]) == ["private_key"]
+
+
+def test_private_key_split_over_json_strings(red):
+    lines = _pem().split("\n")  # a file read back as a list of lines
+    out, n = red.redact_json({"path": "id_rsa", "lines": lines})
+    assert n == len(lines) and all(_types(x) == ["private_key"] for x in out["lines"])
+    assert out["path"] == "id_rsa" and not any(line in json.dumps(out) for line in lines[1:-1])
+
+
 def test_pem_markers_in_code_are_not_a_key(red):
     code = (
         'BEGIN = "-----BEGIN RSA PRIVATE KEY-----"\n'
@@ -276,6 +300,55 @@ def test_basic_auth_header(red):
     ],
 )
 def test_assignment_lookalikes_are_not_redacted(red, text):
+    assert red.redact_text(text) == (text, 0)
+
+
+def test_lessons_from_real_code(red):
+    """Shapes met while scanning botocore/awscli/moto docs and the stdlib: left alone."""
+    access_key = TOKENS["aws_access_key"][0]
+    sigv4 = (
+        f"Authorization: AWS4-HMAC-SHA256 Credential={access_key}/20250314/us-east-1/s3/aws4_request, "
+        f"SignedHeaders=host;x-amz-date, Signature={hashlib.sha256(b'x').hexdigest()}"
+    )
+    out, n = red.redact_text(sigv4)  # the access key id is redacted, the scope and scheme stay
+    assert n == 1 and _types(out) == ["aws_access_key"] and "/20250314/us-east-1/s3/aws4_request" in out
+    quiet = [
+        '"Resource": "arn:aws:secretsmanager:*:*:secret:ecr-pullthroughcache/*"',
+        "urn:ietf:params:oauth:jwk-thumbprint:sha-256:DCdRGGDKvhAJgmVlCp6tosc2T9",
+        '"AWS::ApiGateway::ApiKey": "b899a0d240b53d9d"',
+        '"ClientToken": "550e8400-e29b-41d4-a716-446655440000"',
+        "aws waf update-rule --change-token 12cs345-67cd-890b-1cd2-c3a4567d89f1",
+        '"LockToken": "b0f4583e-998b-4880-9069-3fbe45738b43"',
+        '_INCORRECT_PASSPHRASE = "Incorrect passphrase (or the encrypted key is corrupted)"',
+        "s3_disable_express_session_auth=s3_disable_express_session_auth,",
+        "(commandline --current-token --cut-at-cursor)",
+        "<code>otpauth://totp/$name@$account?secret=$Base32String</code>",
+        "credentials: Credentials) -> SigV4Auth:",
+        "const myURL = new URL('https://abc:xyz@example.com');",
+    ]
+    for text in quiet:
+        assert red.redact_text(text) == (text, 0), text
+
+
+def test_value_shapes_that_are_secrets(red):
+    slash_b64 = "/" + _mix(39)  # base64 may start with "/" without being a path
+    hex32 = hashlib.md5(b"x").hexdigest()
+    long_value = _mix(6000)  # longer than the 4 KiB window: redacted whole
+    for text, value in [(f"token: {slash_b64}", slash_b64), (f"api_key={hex32}", hex32),
+                        (f"token={long_value} end", long_value)]:  # fmt: skip
+        out, n = red.redact_text(text)
+        assert n == 1 and value not in out and _types(out) == ["secret_assignment"]
+    assert red.redact_text(f"token={long_value} end")[0].endswith("] end")
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["token=" * 10000, "token:" * 10000, "password: " * 5000, "--password " * 5000, "://" * 20000,
+     "-----BEGIN RSA PRIVATE KEY-----\n" * 2000, "sk-" * 20000, "[REDACTED:" * 10000,
+     ('token="' + "a" * 5000 + "\n") * 10],
+)  # fmt: skip
+def test_pathological_repetition_is_left_alone(red, text):
+    """Dense triggers with nothing secret: each candidate costs a bounded amount of work."""
     assert red.redact_text(text) == (text, 0)
 
 

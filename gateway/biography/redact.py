@@ -22,19 +22,24 @@ What is detected (``TYPES`` lists each type with an example shape):
 
 Why literal prefilters and one walk rather than one big alternation: CPython's ``re`` is a
 backtracking engine, so a 15-branch alternation tries every branch at every position and
-scans at ~30 MB/s, while a pattern that starts with a literal is found by a tight C loop at
-~2 GB/s. So every rule starts with a short literal (``AKIA``, ``ghp_``, ``eyJ``, ``://``,
-``token`` ...) found by a cheap scanner; the rule's full pattern and its checks run only at
-those positions, and one walk over the candidates, in text order, produces the replacements.
-A string without any trigger costs one ``lower()`` and ~18 literal searches. Numbers:
-``bench/redact_speed.py``.
+scans at 20-30 MB/s (~3 MB/s with the full rule patterns), while a pattern that starts with
+a literal is found by a tight C loop at ~2 GB/s. So every rule starts with a short literal
+(``AKIA``, ``ghp_``, ``eyJ``, ``://``, ``token`` ...) found by a cheap scanner; the rule's
+full pattern and its checks run only at those positions, and one walk over the candidates,
+in text order, produces the replacements. A string without any trigger costs one
+``lower()`` and 18 literal searches (~55 MB/s on a realistic transcript on one core; see
+``bench/redact_speed.py``).
 
 Deliberately not flagged, so that ordinary prose and code stay clean: bare high-entropy
 strings with no keyword or provider prefix (git SHAs, sha256 digests, UUIDs, base64 data
-URIs), values that are code (``os.environ["X"]``, ``get_token()``, ``self.token``),
-references and placeholders (``${TOKEN}``, ``$TOKEN``, ``<your-token>``, ``xxxx``,
-``changeme``, ``...``), plain words and numbers (``correct horse battery staple``), values
-under 8 characters, and paging cursors (``NextToken``, ``ContinuationToken``).
+URIs); under a credential key, values that are code (``os.environ["X"]``, ``get_token()``,
+``self.token``, ``db_password2``), references and placeholders (``${TOKEN}``, ``$TOKEN``,
+``<your-token>``, ``xxxx``, ``changeme``, ``...``), plain words, numbers, paths and sentences
+(``correct horse battery staple``), hex under 32 digits, values under 8 characters, values
+with only two character classes under 16 characters, ARN/URN parts (``:secret:name``), the
+SigV4 ``Authorization`` header's scope, and paging, idempotency and lock tokens
+(``NextToken``, ``ClientToken``, ``--change-token``); URL passwords under 4 characters.
+Dict keys are never redacted.
 """
 
 from __future__ import annotations
@@ -86,7 +91,7 @@ Check = Callable[[re.Match[str]], "list[Span] | None"]
 
 _PLACEHOLDER_WORDS = (
     "changeme", "change_me", "change-me", "example", "placeholder", "redacted", "dummy",
-    "sample", "your", "xxxx", "****", "....", "…", "1234", "abcd", "qwerty", "password",
+    "sample", "your", "xxxx", "****", "1234", "abcd", "qwerty", "password",
     "passwd", "secret", "fake", "todo", "fixme", "replace", "insert",
 )  # fmt: skip
 # ${X}, $X, $(cmd), %X%, %s, %(x)s, {{ x }}, {x}, #{x}: references, not values.
@@ -94,9 +99,21 @@ _REFERENCE = re.compile(r"\$\{.*|\$\(.*|\$[A-Za-z_]\w*|%\w+%|%s|%\(\w+\)s|\{\{.*
 # Dotted names, calls and indexing: code, not a value.
 _CODE = re.compile(r"[A-Za-z_$][\w$]*(?:\.[A-Za-z_$][\w$]*)+.*|[A-Za-z_$][\w$]*[(\[].*", re.S)
 _PATH = re.compile(r"(?:\.{1,2}/|~/|/|[A-Za-z]:\\).*|.*://.*", re.S)
+# A run that mixes upper, lower and digits: base64 that merely starts with "/" is no path.
+_RANDOM_RUN = re.compile(
+    r"(?=[A-Za-z0-9+=_-]*[A-Z])(?=[A-Za-z0-9+=_-]*[a-z])(?=[A-Za-z0-9+=_-]*\d)[A-Za-z0-9+=_-]{16,}"
+)
 # Separators inside plain-word values ("prod-db-2024", "user=jane", "a.b@c.d").
 _SEPARATORS = re.compile(r"[-_./:@=,+\s]+")
-_AUTH_SCHEME = re.compile(r"(?i)(bearer|basic|token|bot)[ \t]+")
+_SCHEMES = r"bearer|basic|token|bot|aws4-hmac-sha256"
+_AUTH_SCHEME = re.compile(rf"(?i)({_SCHEMES})[ \t]+")
+# The credential scope of a SigV4 header (its access key id, if real, is caught on its own).
+_SIGV4_SCOPE = re.compile(r"[^/\s]+/\d{8}/[^/\s]+/[^/\s]+/aws4_request,?")
+_HEX = re.compile(r"[0-9a-f]+|[0-9A-F]+")
+# A snake_case identifier with a credential word is code naming the thing it is assigned to
+# (auth=session_auth, password=db_password2), not the secret itself.
+_IDENTIFIER = re.compile(r"[A-Za-z_]\w*")
+_SNAKE_ROOT = re.compile(r"(?i)(?:^|_)(?:pass|pwd|secret|token|key|auth|cred)")
 _AWS_SECRET = re.compile(r"[A-Za-z0-9/+]{40}")
 _AWS_SECRET_KEY = re.compile(r"(?i)aws.?secret|secret.?access.?key")
 
@@ -114,8 +131,8 @@ def is_placeholder(value: str) -> bool:
         return True
     if MARKER_RE.search(v) or _REFERENCE.fullmatch(v):
         return True
-    low = v.lower()
-    return any(word in low for word in _PLACEHOLDER_WORDS)
+    low = v.lower()  # (long random tokens contain "abcd" or "your" by chance: only short values)
+    return len(v) <= 64 and any(word in low for word in _PLACEHOLDER_WORDS)
 
 
 def _wordish(value: str) -> bool:
@@ -140,14 +157,21 @@ def _char_classes(value: str) -> int:
 def credential_like(value: str) -> bool:
     """Whether an assigned value looks like a real credential rather than code or prose.
 
-    Needs 8+ characters, no placeholder/reference/code/path shape, not only plain words and
-    numbers, three character classes (two from 16 characters on, which admits hex and base64
-    tokens) and Shannon entropy of at least min(3.0, log2(len) - 0.5) bits per character.
+    Needs 8+ characters; no sentence, placeholder, reference, code or path shape; not
+    only plain words and numbers; hex only from 32 digits (shorter hex is mostly hashes and
+    ids); three character classes (two from 16 characters on, which admits hex and base64
+    tokens); and Shannon entropy of at least min(3.0, log2(len) - 0.5) bits per character.
     """
     v = value.strip()
-    if not 8 <= len(v) <= 4096 or _CODE.fullmatch(v) or _PATH.fullmatch(v):
+    if not 8 <= len(v) <= 4096 or v.count(" ") >= 2:  # a sentence
         return False
-    if _wordish(v) or is_placeholder(v):
+    if _CODE.fullmatch(v) or _SIGV4_SCOPE.fullmatch(v):
+        return False
+    if _PATH.fullmatch(v) and not _RANDOM_RUN.search(v):
+        return False
+    if "_" in v and _IDENTIFIER.fullmatch(v) and _SNAKE_ROOT.search(v):
+        return False
+    if _wordish(v) or is_placeholder(v) or (len(v) < 32 and _HEX.fullmatch(v)):
         return False
     if _char_classes(v) < (2 if len(v) >= 16 else 3):
         return False
@@ -181,8 +205,10 @@ def assigned_value_spans(key: str, text: str, start: int, end: int) -> list[Span
     """
     scheme = _AUTH_SCHEME.match(text, start, end)
     vstart = scheme.end() if scheme else start
-    basic = bool(scheme) and scheme.group(1).lower() == "basic"  # type: ignore[union-attr]
-    kind = _assigned_kind(key, text[vstart:end], basic)
+    scheme_name = scheme.group(1).lower() if scheme else ""
+    if scheme_name == "aws4-hmac-sha256":  # SigV4: scope and signature, not a reusable secret
+        return None
+    kind = _assigned_kind(key, text[vstart:end], scheme_name == "basic")
     if kind is None:
         return None
     inner = find_spans(text[vstart:end], nested_only=True)
@@ -203,19 +229,31 @@ _KEYWORD = (
 _SUFFIX = r"(?:[_.-]?(?:access[_.-]?)?(?:key|token|secret|value|string|str|pass(?:word)?|phrase))?"
 _KEY_END = r"(?![A-Za-z0-9_])"
 _OPERATOR = r"\\?[\"']?[ \t]*(?::=|=>|[:=])"
-# The value: \"json in json\", "double", 'single', `backtick`, or bare up to a delimiter
-# (a bare value stops at & only when a query-string name= follows).
+# The same with groups: whether the key was quoted, and the operator.
+_OPERATOR_GROUPS = r"(?P<q>\\?[\"'])?[ \t]*(?P<op>:=|=>|[:=])"
+# The value: \"json in json\", "double", 'single', `backtick`, or bare. Only the start of a
+# bare value is matched here; _BARE finds its end after the cheap checks, so that a run like
+# token=token=token=... costs linear time, not one scan of the run per candidate.
 _VALUE = (
     r"[ \t]*(?:\\\"(?P<ev>(?:[^\"\\\n]|\\[^\"\n]){0,4096})\\\""
     r"|\"(?P<dv>(?:[^\"\\\n]|\\.){0,4096})\""
     r"|'(?P<sv>(?:[^'\\\n]|\\.){0,4096})'"
     r"|`(?P<bv>[^`\n]{0,4096})`"
-    r"|(?P<scheme>(?i:bearer|basic|token|bot)[ \t]+)?(?P<v>(?:[^\s\"'`,;&]|&(?![\w.-]+=)){1,4096}))"
+    rf"|(?P<scheme>(?i:{_SCHEMES})[ \t]+)?(?P<v>)(?=[^\s\"'`,;&<]))"
 )
 _VALUE_GROUPS = ("ev", "dv", "sv", "bv", "v")
+# A bare value ends at whitespace, a quote, , ; < and at & or = that start a name=value pair
+# (so base64 padding stays, and a=b&c=d or k=v=w splits).
+_BARE = re.compile(r"(?:[^\s\"'`,;&<=]|&(?![\w.-]+=)|=(?![\w.-]))+")
+_MAX_VALUE = 4096
 _KEY_PATTERN = re.compile(rf"(?:{_KEYWORD}){_SUFFIX}$", re.I)
-# Opaque paging cursors are named like tokens but protect nothing.
-_PAGING_KEY = re.compile(r"(?i)(?:next|continuation|page|pagination|cursor|sync|resume)[_.-]?token")
+# Paging cursors, idempotency and lock tokens (AWS ClientToken, LockToken, --change-token,
+# PolicyUpdateToken ...) are named like tokens but protect nothing; they are usually UUIDs.
+_NOT_SECRET_KEY = re.compile(
+    r"(?i)(?:next|continuation|page|pagination|cursor|sync|resume|starting|marker|client|request"
+    r"|idempotency|lock|change|update|action|sequence|output|input|max|total|count)[_.-]?token"
+)
+_TRAILING = ").,;:]}>"  # punctuation that ends a sentence or a bracket, not a bare value
 
 
 def _key_name(text: str, start: int, end: int) -> str:
@@ -229,11 +267,26 @@ def _key_name(text: str, start: int, end: int) -> str:
 def _check_assignment(m: re.Match[str]) -> list[Span] | None:
     """``key <op> value``: redact the value when it looks like a credential."""
     name = _key_name(m.string, m.start(), m.end("key"))
-    if _PAGING_KEY.search(name):
+    if _NOT_SECRET_KEY.search(name):
         return None
     g = next(g for g in _VALUE_GROUPS if m.group(g) is not None)
-    start = m.start("scheme") if g == "v" and m.group("scheme") else m.start(g)
-    return assigned_value_spans(name, m.string, start, m.end(g))
+    start, end = m.start(g), m.end(g)
+    if g == "v":
+        start = m.start("scheme") if m.group("scheme") else start
+        # key:value with no space and nothing quoted is an ARN/URN part, not YAML or JSON
+        if m.group("op") == ":" and not m.group("q") and start == m.end("op"):
+            return None
+        bare = _BARE.match(m.string, m.end("v"), m.end("v") + _MAX_VALUE)
+        if bare is None:
+            return None
+        end = bare.start() + len(bare.group().rstrip(_TRAILING))
+        if bare.end() - bare.start() == _MAX_VALUE:  # judged on its head; redact all of it
+            spans = assigned_value_spans(name, m.string, start, end)
+            whole = _BARE.match(m.string, m.end("v"))
+            if spans and spans[-1][1] == end and whole:
+                spans[-1] = (spans[-1][0], whole.end(), spans[-1][2])
+            return spans
+    return assigned_value_spans(name, m.string, start, end)
 
 
 def _check_marker(m: re.Match[str]) -> list[Span] | None:
@@ -251,9 +304,10 @@ def _check_private_key(m: re.Match[str]) -> list[Span] | None:
 
 
 def _check_url_password(m: re.Match[str]) -> list[Span] | None:
-    """Only the password of ``scheme://user:password@host``; placeholders stay."""
+    """Only the password of ``scheme://user:password@host``; placeholders and passwords
+    under 4 characters (``abc:xyz@`` in docs) stay."""
     pw = m.group("pw")
-    if is_placeholder(pw) or pw.lower() in ("pass", "pw", "pwd"):
+    if len(pw) < 4 or is_placeholder(pw) or pw.lower() == "pass":
         return None
     return [(m.start("pw"), m.end("pw"), "url_password")]
 
@@ -327,7 +381,7 @@ def _rule(name: str, scanner: str, pattern: str, check: Check, back: int = 0) ->
 def _keyword_rule(scan_keyword: str) -> Rule:
     """An assignment rule whose scanner (over lowered text) starts at one keyword family."""
     scanner = rf"(?:{scan_keyword}){_SUFFIX}{_KEY_END}{_OPERATOR}"
-    pattern = rf"(?P<key>(?i:{_KEYWORD}){_SUFFIX}){_KEY_END}{_OPERATOR}{_VALUE}"
+    pattern = rf"(?P<key>(?i:{_KEYWORD}){_SUFFIX}){_KEY_END}{_OPERATOR_GROUPS}{_VALUE}"
     return Rule(
         "secret_assignment", re.compile(scanner), re.compile(pattern, re.I), _check_assignment,
         lowered=True, nested=False,
@@ -336,7 +390,12 @@ def _keyword_rule(scan_keyword: str) -> Rule:
 
 _NB = r"(?<![A-Za-z0-9_-])"  # a token starts here, not inside a longer word
 _NA = r"(?![A-Za-z0-9_-])"  # and ends here
-_PEM_END = r"-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----"
+# A PEM body: base64, whitespace, \n escapes, header lines (Proc-Type: 4,ENCRYPTED) and the
+# quotes and pluses of a key pasted into code; never across another BEGIN.
+_PEM_BODY = r"(?P<pk_body>(?:(?!-----BEGIN)[A-Za-z0-9+/=\s\"'\\:.,()-]){0,65536}?)"
+_PEM_END = r"(?P<pk_end>-----END[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----)"
+# No END line (a tool printed only the head): the header lines and base64 lines that follow.
+_PEM_TAIL = r"(?P<pk_tail>(?:(?:\s|\\[nr])*(?:[A-Za-z0-9+/=]{16,}|(?:Proc-Type|DEK-Info):[^\n\\]*))+)"
 
 #: All rules. At equal positions the earlier rule is tried first (markers before anything).
 RULES: tuple[Rule, ...] = (
@@ -344,9 +403,7 @@ RULES: tuple[Rule, ...] = (
     _rule(
         "private_key",
         r"-----BEGIN",
-        r"-----BEGIN[A-Z0-9 ]{0,40} PRIVATE KEY(?: BLOCK)?-----"
-        rf"(?:(?P<pk_body>[\s\S]{{0,65536}}?)(?P<pk_end>{_PEM_END})"
-        r"|(?P<pk_tail>(?:\s|\\[nr]|[A-Za-z0-9+/=:,-]){0,65536}))",
+        rf"-----BEGIN[A-Z0-9 ]{{0,40}} PRIVATE KEY(?: BLOCK)?-----(?:{_PEM_BODY}{_PEM_END}|{_PEM_TAIL})",
         _check_private_key,
     ),
     _rule(
@@ -414,37 +471,56 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "secret_assignment",
         re.compile(rf"--(?:[a-z0-9]+-)*?(?:{_KEYWORD}){_SUFFIX}[ \t]+"),
-        re.compile(rf"--(?:[A-Za-z0-9]+-)*?(?P<key>(?i:{_KEYWORD}){_SUFFIX})[ \t]+{_VALUE}", re.I),
+        re.compile(
+            rf"--(?:[A-Za-z0-9]+-)*?(?P<key>(?i:{_KEYWORD}){_SUFFIX})(?P<q>(?!))?(?P<op>[ \t]+){_VALUE}", re.I
+        ),
         _check_assignment,
         lowered=True,
         nested=False,
     ),
 )
-_ASCII_LOWER = {c: c + 32 for c in range(ord("A"), ord("Z") + 1)}
 
 
-def _lowered(text: str) -> str:
-    """A lower-cased copy with the same length, so positions carry over."""
-    low = text.lower()
-    return low if len(low) == len(text) else text.translate(_ASCII_LOWER)
+def _views(text: str) -> tuple[str | bytes, str | bytes]:
+    """The text the scanners search, as is and lower-cased, with positions as in ``text``.
+
+    Non-ASCII text is searched as ``encode("ascii", "replace")``: one byte per code point, so
+    positions carry over, and lower-casing and scanning bytes stay fast, where ``str.lower``
+    on wide strings is ~5x slower. All triggers are ASCII, so nothing is lost.
+    """
+    if text.isascii():
+        return text, text.lower()
+    raw = text.encode("ascii", "replace")
+    return raw, raw.lower()
 
 
-# (search, finditer, lowered, back, rule index) per rule, bound once: _candidates runs for
-# every string, and for short strings this loop, not the searching, is most of the cost.
-_SCANNERS = tuple((r.scanner.search, r.scanner.finditer, r.lowered, r.back, i) for i, r in enumerate(RULES))
-_NESTED_SCANNERS = tuple(s for s in _SCANNERS if RULES[s[4]].nested)
+def _bound(rule: Rule) -> tuple[object, ...]:
+    b = re.compile(rule.scanner.pattern.encode("ascii"))
+    return (rule.scanner.search, rule.scanner.finditer, b.search, b.finditer, rule.lowered, rule.back)
+
+
+# (str search, str finditer, bytes search, bytes finditer, lowered, back, rule index) per
+# rule, bound once: _candidates runs for every string, and for short strings this loop, not
+# the searching, is most of the cost.
+_SCANNERS = tuple((*_bound(r), i) for i, r in enumerate(RULES))
+_NESTED_SCANNERS = tuple(s for s in _SCANNERS if RULES[s[-1]].nested)
 
 
 def _candidates(text: str, nested_only: bool) -> list[tuple[int, int]]:
     """Sorted (position, rule index) pairs where a rule's literal prefix occurs."""
     found: list[tuple[int, int]] = []
-    low = _lowered(text)
-    for search, finditer, lowered, back, i in _NESTED_SCANNERS if nested_only else _SCANNERS:
-        src = low if lowered else text
-        first = search(src)
+    raw, low = _views(text)
+    wide = isinstance(raw, bytes)
+    for search, finditer, bsearch, bfinditer, lowered, back, i in (
+        _NESTED_SCANNERS if nested_only else _SCANNERS
+    ):
+        if wide:
+            search, finditer = bsearch, bfinditer
+        src = low if lowered else raw
+        first = search(src)  # type: ignore[operator]
         if first is not None:
             found.append((first.start() - back, i))
-            found += [(m.start() - back, i) for m in finditer(src, first.end())]
+            found += [(m.start() - back, i) for m in finditer(src, first.end())]  # type: ignore[operator]
     found.sort()
     return found
 
@@ -574,9 +650,9 @@ class Redactor:
     def _plan(self, leaves: list[str], keyed: dict[int, str]) -> dict[int, tuple[str, int]]:
         """New text and hit count for each leaf that changes, from one scan of all leaves.
 
-        Leaves are joined with newlines, which no rule's match crosses except a private key
-        body; a leaf that holds a vault value or a span crossing into another leaf is redone
-        on its own with ``redact_text``.
+        Leaves are joined with newlines, which only a private key's body crosses: a key
+        split over several strings (a file as a list of lines) gets a marker in each string
+        it touches. A leaf that holds a vault value is redone on its own with ``redact_text``.
         """
         joined = "\n".join(leaves)
         starts: list[int] = []
@@ -587,11 +663,10 @@ class Redactor:
         alone = self._vault_leaves(joined, starts)
         per_leaf: dict[int, list[Span]] = {}
         for s, e, kind in find_spans(joined):
-            i, j = bisect_right(starts, s) - 1, bisect_right(starts, e - 1) - 1
-            if i != j:
-                alone.update(range(i, j + 1))
-            else:
-                per_leaf.setdefault(i, []).append((s - starts[i], e - starts[i], kind))
+            for i in range(bisect_right(starts, s) - 1, bisect_right(starts, e - 1)):
+                lo, hi = max(s, starts[i]) - starts[i], min(e, starts[i] + len(leaves[i])) - starts[i]
+                if hi > lo:
+                    per_leaf.setdefault(i, []).append((lo, hi, kind))
         plan = {i: self.redact_text(leaves[i]) for i in alone}
         for i, spans in per_leaf.items():
             if i not in alone:
@@ -657,7 +732,7 @@ def credential_key(key: str) -> bool:
     """
     hit = _KEY_CACHE.get(key)
     if hit is None:
-        hit = bool(_KEY_PATTERN.search(key)) and not _PAGING_KEY.search(key)
+        hit = bool(_KEY_PATTERN.search(key)) and not _NOT_SECRET_KEY.search(key)
         if len(_KEY_CACHE) > 4096:
             _KEY_CACHE.clear()
         _KEY_CACHE[key] = hit

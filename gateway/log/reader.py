@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from ..store.base import NoSuchKey, ObjectStore
@@ -21,6 +22,8 @@ from .records import Record, decode
 #: Decoded records kept in memory across all cached objects.
 CACHE_RECORDS = 400_000
 _PAGE = 1000
+#: Log objects fetched at once when catching up (an upstream S3 answers each in milliseconds).
+FETCH_PARALLEL = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +88,16 @@ class LogReader:
         self.remember(writer, seq, records)
         return records
 
-    def read_pending(self, positions: Positions) -> Iterator[LogObject]:
-        """Every object past ``positions`` with its records, each writer in commit order."""
-        for writer, seq in self.pending(positions):
+    def read_pending(self, positions: Positions, limit: int | None = None) -> Iterator[LogObject]:
+        """Every object past ``positions`` (at most ``limit``) with its records, each writer
+        in commit order; objects not in the cache are fetched in parallel."""
+        pending = self.pending(positions)[:limit]
+        with self._lock:
+            missing = [p for p in pending if p not in self._cache]
+        if len(missing) > 1:
+            with ThreadPoolExecutor(min(FETCH_PARALLEL, len(missing)), "orgmem-logread") as pool:
+                list(pool.map(lambda p: self.read(*p), missing))
+        for writer, seq in pending:
             records = self.read(writer, seq)
             if records is not None:
                 yield LogObject(writer, seq, records)

@@ -32,6 +32,8 @@ from .manifest import GRACE_SECONDS, KEY_PREFIX, Manifest, Segment
 CONSUMER = "compactor"
 #: Records consumed by one run at most (bounds memory; the next run takes the rest).
 MAX_RECORDS = 500_000
+#: Log objects one run reads at most (bounds the run's time on a slow upstream).
+MAX_OBJECTS = 5_000
 #: A partition's segments below this size are merged once MERGE_AT of them exist.
 SMALL_BYTES = 8 * 1024 * 1024
 MERGE_AT = 4
@@ -79,6 +81,7 @@ class Compactor:
         self.retention = retention
         self.grace = grace
         self.max_records = max_records
+        self.max_objects = MAX_OBJECTS
         self._ids: dict[str, frozenset[str]] = {}  # segment key -> its ids (segments never change)
         self._lock = threading.Lock()
         self._runs = 0
@@ -88,7 +91,11 @@ class Compactor:
         return Snapshot(Manifest.from_state(cp.state), cp.positions)
 
     def run(self, max_runs: int = 20) -> RunResult:
-        """Compact until the log holds nothing new (or ``max_runs`` runs); totals of all runs."""
+        """Compact everything the log held when called (writes arriving meanwhile may wait
+        for the next run); the totals of the runs it took."""
+        target: Positions = {}
+        for writer, seq in self.log.reader.pending(self.snapshot().positions):
+            advance(target, writer, seq)
         total = RunResult()
         for _ in range(max_runs):
             result = self.run_once()
@@ -99,7 +106,8 @@ class Compactor:
             total.retired_by_retention += result.retired_by_retention
             total.deleted += result.deleted
             total.log_removed += result.log_removed
-            if not result.conflict and result.log_objects == 0:
+            reached = self.snapshot().positions
+            if all(reached.get(w, 0) >= seq for w, seq in target.items()):
                 break
         return total
 
@@ -159,19 +167,16 @@ class Compactor:
         # a writer with no objects left can be forgotten: everything it wrote was collected
         positions = {w: s for w, s in start.items() if w in live}
         batches: dict[str, list] = defaultdict(list)
-        for writer, seq in self.log.reader.pending(start):
-            if result.records >= self.max_records:
-                break
-            records = self.log.reader.read(writer, seq)
-            if records is None:  # collected by a gateway whose checkpoint is newer: we will conflict
-                continue
-            for record in records:
+        for obj in self.log.reader.read_pending(start, self.max_objects):
+            for record in obj.records:
                 stream = self._by_type.get(type(record))
                 if stream is not None:
                     batches[stream.name].append(stream.payload(record))
-            advance(positions, writer, seq)
-            result.records += len(records)
+            advance(positions, obj.writer, obj.seq)
+            result.records += len(obj.records)
             result.log_objects += 1
+            if result.records >= self.max_records:
+                break
         return positions, batches
 
     def _compact_partition(self, stream: Stream, manifest: Manifest, partition: str,

@@ -1,0 +1,381 @@
+"""Biographies against real gateways: REST and S3 ingestion, reads, Parquet, DuckDB, crashes, replicas."""
+
+from __future__ import annotations
+
+import json
+import os
+import sysconfig
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import boto3
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
+from clients import clean_env, run
+from servers import Gateway
+
+from gateway.admin_client import AdminClient, AdminError
+from gateway.bio_client import BioClient
+
+AWS = Path(os.path.dirname(os.sys.executable)) / "aws"
+HTTPFS = os.path.join(sysconfig.get_paths()["purelib"], "duckdb_ext", "extensions")
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    gateway = Gateway(tmp_path_factory.mktemp("bio") / "data").start()
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def admin(gw):
+    return AdminClient(gw.endpoint, gw.access_key, gw.secret_key)
+
+
+@pytest.fixture(scope="module")
+def root(gw):
+    return BioClient(gw.endpoint, gw.access_key, gw.secret_key)
+
+
+def new_agent(admin, gw, **kwargs) -> tuple[str, BioClient, dict]:
+    name = f"ag-{uuid.uuid4().hex[:8]}"
+    created = admin.create_agent(name, **kwargs)
+    return name, BioClient(gw.endpoint, created["access_key"], created["secret_key"]), created
+
+
+def s3_client(gw, access_key, secret_key):
+    return boto3.client("s3", endpoint_url=gw.endpoint, aws_access_key_id=access_key,
+                        aws_secret_access_key=secret_key, region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+
+
+def all_events(client: BioClient, **query) -> list[dict]:
+    return list(client.iter_events(**query))
+
+
+def duck(gw, access_key: str, secret_key: str) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(config={"extension_directory": HTTPFS, "autoinstall_known_extensions": "false"})
+    con.execute("LOAD httpfs")
+    host = gw.endpoint.removeprefix("http://")
+    con.execute(f"CREATE SECRET gw (TYPE s3, KEY_ID '{access_key}', SECRET '{secret_key}', "
+                f"ENDPOINT '{host}', URL_STYLE 'path', USE_SSL false, REGION 'us-east-1')")
+    return con
+
+
+def transcript(n: int, session: str = "s1") -> list[dict]:
+    kinds = ["prompt", "response", "tool_call", "tool_result", "note"]
+    return [{"session": session, "kind": kinds[i % 5], "content": f"step {i}: looked at the build log",
+             "tool": "shell" if kinds[i % 5].startswith("tool") else None} for i in range(n)]
+
+
+# -- REST ----------------------------------------------------------------------------------
+
+
+def test_rest_events_are_readable_right_after_the_acknowledgement(admin, gw):
+    name, agent, _ = new_agent(admin, gw)
+    answer = agent.put_events([{**e, "seq": i} for i, e in enumerate(transcript(30))])
+    assert answer["count"] == 30
+    got = all_events(agent, session="s1")
+    assert [e["event_id"] for e in got] == answer["event_ids"]
+    assert [e["seq"] for e in got] == list(range(30))
+    assert {e["agent"] for e in got} == {name}
+
+
+def test_session_order_follows_seq_and_time_order_follows_ts(admin, gw):
+    _, agent, _ = new_agent(admin, gw)
+    agent.put_events([{"session": "s", "kind": "note", "seq": 2, "ts": "2026-11-30T10:00:00Z", "event_id": "b"},
+                      {"session": "s", "kind": "note", "seq": 1, "ts": "2026-11-30T11:00:00Z", "event_id": "a"},
+                      {"session": "s", "kind": "note", "ts": "2026-11-30T09:00:00Z", "event_id": "c"}])
+    assert [e["event_id"] for e in all_events(agent, session="s")] == ["a", "b", "c"]
+    assert [e["event_id"] for e in all_events(agent)] == ["c", "b", "a"]
+
+
+def test_pages_filters_and_cursors(admin, gw, root):
+    name, agent, _ = new_agent(admin, gw)
+    agent.put_events(transcript(250))
+    root.compact()  # half compacted, half in the log tail
+    agent.put_events(transcript(50, session="s2"))
+    first = agent.events(limit=100)
+    assert len(first["events"]) == 100 and first["next_cursor"]
+    ids = [e["event_id"] for e in all_events(agent, page_size=100)]
+    assert len(ids) == len(set(ids)) == 300
+    assert len(all_events(agent, session="s2")) == 50
+    assert {e["kind"] for e in all_events(agent, kinds=["tool_call"])} == {"tool_call"}
+    assert all_events(agent, since="2099-01-01T00:00:00Z") == []
+    assert len(all_events(agent, since="1h")) == 300
+    with pytest.raises(AdminError) as bad:
+        agent.events(cursor="not-a-cursor")
+    assert bad.value.status == 400 and "cursor" in bad.value.message
+
+
+def test_sessions_list_open_questions(admin, gw):
+    _, agent, _ = new_agent(admin, gw)
+    agent.put_events([
+        {"session": "q", "kind": "question", "event_id": "q1", "content": "Which region?"},
+        {"session": "q", "kind": "question", "event_id": "q2", "content": "Who approves?"},
+        {"session": "q", "kind": "answer", "parent_id": "q1", "content": "eu-west-1"},
+        {"session": "other", "kind": "note"}])
+    sessions = {s["session"]: s for s in agent.sessions()["sessions"]}
+    assert sessions["q"]["events"] == 3 and sessions["other"]["events"] == 1
+    assert [q["event_id"] for q in sessions["q"]["open_questions"]] == ["q2"]
+
+
+@pytest.mark.parametrize("body, status, needle", [
+    ([{"session": "s"}], 400, 'field "kind"'),
+    ([{"session": "s", "kind": "note", "seq": "one"}], 400, 'field "seq"'),
+    ([{"session": "s", "kind": "note", "tokens_in": True}], 400, 'field "tokens_in"'),
+    ([{"session": "s", "kind": "note"}, {"session": "s", "kind": "note", "content": "x" * (1024 * 1024 + 1)}],
+     400, 'line 2, field "content"'),
+    (b'{"session": "s", "kind": "note"}\n{"session": "s", "kind": note}\n', 400, "line 2"),
+    ([{"session": "s", "kind": "note", "colour": "red"}], 400, "colour"),
+    (b"", 400, "no events"),
+    (b"x" * (20 * 1024 * 1024), 413, "at most"),
+])
+def test_bad_events_are_refused_and_nothing_is_stored(admin, gw, body, status, needle):
+    _, agent, _ = new_agent(admin, gw)
+    with pytest.raises(AdminError) as refused:
+        agent.put_events(body)
+    assert refused.value.status == status
+    assert needle in refused.value.message
+    assert all_events(agent) == []
+
+
+def test_an_agent_reads_and_writes_only_its_own_biography(admin, gw, root):
+    name, agent, created = new_agent(admin, gw)
+    other, other_client, _ = new_agent(admin, gw)
+    other_client.put_events(transcript(3))
+    with pytest.raises(AdminError) as refused:
+        agent.put_events([{"agent": other, "session": "s", "kind": "note"}])
+    assert refused.value.status == 403 and f"{other}/s" in refused.value.message
+    with pytest.raises(AdminError) as refused:
+        agent.events(agent=other)
+    assert refused.value.status == 403
+    admin.put_policy(f"read-{other}", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["bio:GetEvents", "bio:PutEvents"], "Resource": f"arn:orgmem:bio:::{other}/*"}]})
+    admin.attach_policy(f"read-{other}", agent=name)
+    time.sleep(1.2)
+    agent.put_events([{"agent": other, "session": "handoff", "kind": "handoff", "content": "over to you"}])
+    assert len(all_events(agent, agent=other)) == 4
+    # the S3 view shows only the biographies one may read
+    root.compact()
+    s3 = s3_client(gw, created["access_key"], created["secret_key"])
+    agents = {o["Key"].split("/")[0] for o in s3.list_objects_v2(Bucket="biographies").get("Contents", [])}
+    assert agents <= {f"agent={name}", f"agent={other}"} and f"agent={other}" in agents
+
+
+def test_planted_secrets_are_redacted_before_anything_is_stored(admin, gw):
+    _, agent, _ = new_agent(admin, gw)
+    key = "AKIA" + "Z7QW3RT5YU8IOPAS"
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    agent.put_events([{"session": "s", "kind": "tool_result", "content": f"export AWS_ACCESS_KEY_ID={key}",
+                       "data": {"headers": {"Authorization": f"token {token}"}}},
+                      {"session": "s", "kind": "note", "content": "The build passed after fixing the import."}])
+    secret_event, plain = all_events(agent)
+    assert key not in json.dumps(secret_event) and token not in json.dumps(secret_event)
+    assert "[REDACTED:aws_access_key:" in secret_event["content"]
+    assert secret_event["redactions"] == 2
+    assert plain["redactions"] == 0 and plain["content"] == "The build passed after fixing the import."
+
+
+def test_workspace_changes_become_artifact_events(admin, gw):
+    name, agent, created = new_agent(admin, gw)
+    s3 = s3_client(gw, created["access_key"], created["secret_key"])
+    bucket = f"agent-{name}"
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="report.md", Body=b"# findings")
+    s3.copy_object(Bucket=bucket, Key="report-v2.md", CopySource={"Bucket": bucket, "Key": "report.md"})
+    s3.delete_object(Bucket=bucket, Key="report.md")
+    deadline = time.time() + 10
+    while time.time() < deadline:
+        found = all_events(agent, kinds=["artifact"])
+        if len(found) == 3:
+            break
+        time.sleep(0.3)
+    ops = [(json.loads(json.dumps(e["data"]))["op"], e["artifact_uri"]) for e in found]
+    assert ops == [("put", f"s3://{bucket}/report.md"), ("copy", f"s3://{bucket}/report-v2.md"),
+                   ("delete", f"s3://{bucket}/report.md")]
+    assert found[0]["data"]["size"] == 10
+
+
+# -- S3 ------------------------------------------------------------------------------------
+
+
+def aws(gw, access_key, secret_key, home: Path, *args: str, check: bool = True):
+    config = home / "config"
+    config.write_text("[default]\nregion = us-east-1\ns3 =\n  addressing_style = path\n")
+    env = clean_env(AWS_ACCESS_KEY_ID=access_key, AWS_SECRET_ACCESS_KEY=secret_key,
+                    AWS_DEFAULT_REGION="us-east-1", AWS_CONFIG_FILE=str(config),
+                    AWS_SHARED_CREDENTIALS_FILE=str(home / "none"), AWS_EC2_METADATA_DISABLED="true",
+                    HOME=str(home))
+    return run([AWS, *args, "--endpoint-url", gw.endpoint], env, check=check)
+
+
+@pytest.mark.parametrize("events", [20, 12_000], ids=["small", "multipart"])
+def test_aws_cli_upload_ingests_events_once_even_when_retried(admin, gw, tmp_path, events):
+    name, agent, created = new_agent(admin, gw)
+    lines = [json.dumps({"session": "cli", "kind": "note", "content": f"line {i} " + "x" * 700})
+             for i in range(events)]
+    path = tmp_path / "events.ndjson"
+    path.write_text("\n".join(lines) + "\n")
+    assert (events < 100) == (path.stat().st_size < 8 * 1024 * 1024)
+    for _ in range(2):  # a retried upload adds nothing twice
+        aws(gw, created["access_key"], created["secret_key"], tmp_path, "s3", "cp", str(path),
+            "s3://biographies/uploads/events.ndjson")
+    got = all_events(agent, session="cli", page_size=1000)
+    assert len(got) == events
+    assert got[0]["content"].startswith("line 0 ")
+
+
+def test_bad_s3_uploads_are_refused_with_nothing_stored(admin, gw, tmp_path):
+    _, agent, created = new_agent(admin, gw)
+    s3 = s3_client(gw, created["access_key"], created["secret_key"])
+    with pytest.raises(ClientError) as refused:
+        s3.put_object(Bucket="biographies", Key="e.ndjson",
+                      Body=b'{"session":"s","kind":"note"}\n{"session":"s","kind":"notes"}\n')
+    assert refused.value.response["Error"]["Code"] == "InvalidArgument"
+    assert 'line 2, field "kind"' in refused.value.response["Error"]["Message"]
+    big = b'{"session":"s","kind":"note","content":"' + b"y" * (20 * 1024 * 1024) + b'"}\n'
+    with pytest.raises(ClientError) as refused:
+        s3.put_object(Bucket="biographies", Key="big.ndjson", Body=big)
+    assert "line 1" in refused.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as refused:
+        s3.put_object(Bucket="biographies", Key="notes.txt", Body=b"{}")
+    assert ".ndjson" in refused.value.response["Error"]["Message"]
+    with pytest.raises(ClientError) as refused:
+        s3.delete_object(Bucket="biographies", Key="agent=x/date=2026-11-30/a.parquet")
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 405
+    assert all_events(agent) == []
+
+
+def test_parquet_reads_back_with_pyarrow_and_duckdb_through_the_gateway(admin, gw, root, tmp_path):
+    name, agent, created = new_agent(admin, gw)
+    agent.put_events(transcript(40) + [{"session": "s9", "kind": "decision", "data": {"approved": True}}])
+    root.compact()
+    s3 = s3_client(gw, created["access_key"], created["secret_key"])
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="biographies", Prefix=f"agent={name}/")["Contents"]]
+    assert keys and all(k.endswith(".parquet") for k in keys)
+    local = tmp_path / "seg.parquet"
+    s3.download_file("biographies", keys[0], str(local))
+    table = pq.read_table(local)
+    assert table.num_rows == 41
+    assert table.schema.field("ts").type == pa.timestamp("us", tz="UTC")
+    assert table.schema.metadata[b"orgmem.format_version"] == b"1"
+    con = duck(gw, created["access_key"], created["secret_key"])
+    rows = con.execute("SELECT agent, count(*), count(DISTINCT event_id) FROM read_parquet("
+                       "'s3://biographies/**/*.parquet', hive_partitioning=1) GROUP BY agent").fetchall()
+    assert rows == [(name, 41, 41)]
+    decided = con.execute("SELECT data FROM read_parquet('s3://biographies/**/*.parquet', "
+                          "hive_partitioning=1) WHERE kind = 'decision'").fetchone()
+    assert json.loads(decided[0]) == {"approved": True}
+
+
+def test_retention_drops_old_partitions(admin, gw, root):
+    name, agent, _ = new_agent(admin, gw)
+    agent.put_events([{"session": "old", "kind": "note", "ts": "2026-01-02T00:00:00Z"},
+                      {"session": "new", "kind": "note"}])
+    root.compact()
+    root.set_retention(30, agent=name)
+    try:
+        root.compact()
+        assert [e["session"] for e in all_events(agent)] == ["new"]
+    finally:
+        root.set_retention(None, agent=name, reset=True)
+
+
+def test_bad_query_input_is_a_clear_error(admin, gw):
+    _, agent, _ = new_agent(admin, gw)
+    for query, needle in [({"kinds": ["prompts"]}, "unknown kind"), ({"since": "yesterday-ish"}, "since"),
+                          ({"agent": "Not_A_Name"}, "not valid"), ({"limit": 0}, "limit")]:
+        with pytest.raises(AdminError) as bad:
+            agent.events(**query)
+        assert bad.value.status == 400 and needle in bad.value.message
+
+
+# -- crashes and replicas ---------------------------------------------------------------------
+
+
+def write_until(stop: threading.Event, client: BioClient, tag: str, acked: list, lock: threading.Lock) -> None:
+    n = 0
+    while not stop.is_set():
+        batch = [{"event_id": f"{tag}-{n}-{i}", "session": tag, "kind": "note", "content": f"{tag} {n} {i}"}
+                 for i in range(10)]
+        try:
+            client.put_events(batch)
+        except AdminError:
+            return  # the gateway went away: this batch was not acknowledged
+        with lock:
+            acked.extend(e["event_id"] for e in batch)
+        n += 1
+
+
+def test_sigkill_under_load_loses_no_acknowledged_event(tmp_path):
+    gw = Gateway(tmp_path / "data", extra_args=["--compact-interval", "1"]).start()
+    client = lambda: BioClient(gw.endpoint, gw.access_key, gw.secret_key, timeout=5)  # noqa: E731
+    acked, lock, stop = [], threading.Lock(), threading.Event()
+    threads = [threading.Thread(target=write_until, args=(stop, client(), f"w{i}", acked, lock)) for i in range(8)]
+    for t in threads:
+        t.start()
+    time.sleep(3)
+    gw.kill()
+    stop.set()
+    for t in threads:
+        t.join(timeout=30)
+    assert len(acked) > 100
+    gw.start()
+    try:
+        reader = client()
+        ids = [e["event_id"] for e in reader.iter_events(page_size=1000)]
+        assert set(acked) <= set(ids) and len(ids) == len(set(ids))
+        reader.compact()
+        after = [e["event_id"] for e in reader.iter_events(page_size=1000)]
+        assert sorted(after) == sorted(ids)
+    finally:
+        gw.stop()
+
+
+def test_two_gateways_on_one_seaweedfs_bucket_keep_every_event_once(tmp_path, seaweed):
+    prefix = f"bio-{uuid.uuid4().hex[:6]}"
+    args = ["--backend", f"s3://orgmem-upstream/{prefix}", "--backend-endpoint", seaweed.endpoint,
+            "--compact-interval", "1"]
+    one = Gateway(tmp_path / "one", extra_args=args, env=seaweed.env).start()
+    # the second replica uses the keyring the first one created (the same KEK)
+    kek = ["--kek", f"file:{tmp_path / 'one.keyring.json'}"]
+    two = Gateway(tmp_path / "two", extra_args=args + kek, env=seaweed.env).start()
+    try:
+        clients = [BioClient(g.endpoint, g.access_key, g.secret_key) for g in (one, two)]
+        acked, lock, stop = [], threading.Lock(), threading.Event()
+        writers = [threading.Thread(target=write_until, args=(stop, clients[i % 2], f"r{i}", acked, lock))
+                   for i in range(4)]
+        for t in writers:
+            t.start()
+        time.sleep(0.5)
+        clients[0].compact()  # DuckDB refuses an empty glob: let the first segments exist
+        con = duck(one, one.access_key, one.secret_key)
+        queries = 0
+        deadline = time.time() + 6
+        while time.time() < deadline:  # DuckDB never fails mid-merge
+            con.execute("SELECT count(*) FROM read_parquet('s3://biographies/**/*.parquet', "
+                        "hive_partitioning=1)").fetchone()
+            queries += 1
+        stop.set()
+        for t in writers:
+            t.join(timeout=30)
+        assert queries > 3 and len(acked) > 100
+        for c in clients:
+            c.compact()
+        for c in clients:  # both replicas see every event, once
+            ids = [e["event_id"] for e in c.iter_events(page_size=1000)]
+            assert sorted(ids) == sorted(acked)
+        total, distinct = con.execute("SELECT count(*), count(DISTINCT event_id) FROM read_parquet("
+                                      "'s3://biographies/**/*.parquet', hive_partitioning=1)").fetchone()
+        assert total == distinct == len(acked)
+    finally:
+        one.stop()
+        two.stop()
