@@ -379,3 +379,12 @@ def test_two_gateways_on_one_seaweedfs_bucket_keep_every_event_once(tmp_path, se
     finally:
         one.stop()
         two.stop()
+
+
+def test_the_biographies_bucket_cannot_be_created_or_deleted(gw):
+    s3 = s3_client(gw, gw.access_key, gw.secret_key)
+    for call in (lambda: s3.create_bucket(Bucket="biographies"), lambda: s3.delete_bucket(Bucket="biographies")):
+        with pytest.raises(ClientError) as refused:
+            call()
+        assert refused.value.response["Error"]["Code"] == "BucketAlreadyExists"
+    s3.head_bucket(Bucket="biographies")

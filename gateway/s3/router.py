@@ -77,6 +77,8 @@ _OBJECT_OPS = {
 #: permissions are the biography's (decided per agent inside the handlers).
 _BIO_BUCKET_OPS = {
     ("HEAD", None): _op("HeadBucket", "bio:GetEvents", bio.head_bucket),
+    ("PUT", None): _op("CreateBucket", "bio:PutEvents", bio.refuse_bucket_change, True),
+    ("DELETE", None): _op("DeleteBucket", "bio:PutEvents", bio.refuse_bucket_change),
     ("GET", None): _op("ListObjects", "bio:GetEvents", bio.list_v1),
     ("GET", "list-type"): _op("ListObjectsV2", "bio:GetEvents", bio.list_v2),
     ("GET", "location"): _op("GetBucketLocation", "bio:GetEvents", buckets.get_location),

@@ -55,6 +55,11 @@ def head_bucket(ctx: S3Context, req: Request) -> Response:
     return Response(200, [("x-amz-bucket-region", ctx.region)])
 
 
+def refuse_bucket_change(ctx: S3Context, req: Request) -> Response:
+    raise S3Error("BucketAlreadyExists", f"The {BUCKET} bucket belongs to the gateway: it serves every "
+                  "agent's biography and cannot be created or deleted.", 409)
+
+
 def list_v1(ctx: S3Context, req: Request) -> Response:
     return listing.list_objects_v1(_view(ctx, req), req)
 
