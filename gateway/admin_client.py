@@ -365,7 +365,8 @@ class AdminClient:
 
     def audit(self, *, since: str | None = None, principal: str | None = None, denied: bool = False,
               limit: int | None = None, after: str | None = None) -> JSON:
-        """``{"records": [...], "cursor": str}``, oldest first; pass ``cursor`` back as ``after``."""
+        """``{"records": [...], "cursor": str}``, oldest first; pass ``cursor`` back as ``after``
+        (with the same ``principal`` and ``denied``) for only the records not returned yet."""
         return self._call("GET", "audit", query={"since": since, "principal": principal,
                                                  "denied": denied or None, "limit": limit,
                                                  "after": after})

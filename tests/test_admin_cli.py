@@ -249,6 +249,8 @@ def test_missing_credentials_is_a_clear_error():
     (("policy", "simulate", "p", "s3:GetObject", "arn:aws:s3:::b/k", "--context", "novalue"), "KEY=VALUE"),
     (("audit", "tail", "--since", "yesterday"), "not a duration"),
     (("audit", "tail", "--limit", "0"), "--limit"),
+    (("audit", "query", "--since", "yesterday"), "not a duration"),
+    (("audit", "query", "--limit", "0"), "--limit"),
     (("policy", "attach", "p"), "exactly one of --agent or --team"),
     (("policy", "detach", "p", "--agent", "a", "--team", "t"), "exactly one of --agent or --team"),
 ])
@@ -557,6 +559,37 @@ def test_audit_tail_shows_allowed_and_denied(admin_gw):
 
     everything = orgmem(admin_gw, "audit", "tail", "--json", "--limit", "1000").stdout
     assert creds["secret_key"] not in everything and admin_gw.secret_key not in everything
+
+
+def test_audit_query_finds_records_oldest_first(admin_gw):
+    creds = create_agent(admin_gw)
+    name = creds["name"]
+    agent_s3 = s3_as(admin_gw, creds["access_key"], creds["secret_key"])
+    agent_s3.create_bucket(Bucket=f"agent-{name}")
+    for i in range(3):
+        agent_s3.put_object(Bucket=f"agent-{name}", Key=f"q{i}.txt", Body=b"x")
+    assert status_of(lambda: agent_s3.get_object(Bucket=uname("nob"), Key="k")) in (403, 404)
+
+    def query(*args: str, expect: int = 0) -> tuple[list[dict], str]:
+        proc = orgmem(admin_gw, "audit", "query", "--json", "--principal", name, *args, expect=expect)
+        return [json.loads(line) for line in proc.stdout.splitlines() if line.strip()], proc.stderr
+
+    records, note = query("--since", "10m")
+    puts = [r["resource"].rsplit("/", 1)[1] for r in records if r["operation"] == "PutObject"]
+    assert puts == ["q0.txt", "q1.txt", "q2.txt"] and not note
+    assert [r["time"] for r in records] == sorted(r["time"] for r in records)
+    denied, _ = query("--denied")
+    assert denied and all(r["decision"] == "deny" for r in denied)
+    first, note = query("--limit", "2")
+    assert first == records[:2] and "more than 2 records match" in note
+    assert query("--since", "2000-01-01T00:00:00Z", "--limit", str(len(records)))[0] == records
+    # the records are the same once the log is compacted into Parquet
+    client = AdminClient(admin_gw.endpoint, admin_gw.access_key, admin_gw.secret_key)
+    client._request("POST", "/v1/bio/compact")
+    assert query("--since", "10m")[0] == records
+    table = orgmem(admin_gw, "audit", "query", "--principal", name, "--denied").stdout
+    for word in ("TIME", "PRINCIPAL", "DECISION", name, "deny"):
+        assert word in table
 
 
 def test_audit_tail_follow(admin_gw):

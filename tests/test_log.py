@@ -210,3 +210,11 @@ def test_log_keys_sort_in_commit_order():
     assert layout.parse_log_key(keys[2]) == ("w", 10)
     assert layout.parse_log_key("log/w/12") is None
     assert layout.new_writer_id() < (time.sleep(0.002) or layout.new_writer_id())
+
+
+def test_records_buffered_after_close_are_still_committed(store):
+    log = DurableLog(store, flush_interval=60).start()
+    log.close()
+    log.append_nowait([AuditEntry({"request_id": "straggler"})])
+    ids = [r.record["request_id"] for o in DurableLog(store).reader.read_pending({}) for r in o.records]
+    assert ids == ["straggler"]

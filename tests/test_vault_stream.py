@@ -193,6 +193,38 @@ def test_iterating_yields_whole_chunks(dek):
     assert open_all(dek, head + rest) == data
 
 
+class Counting:
+    """A source or backend stream that counts its reads."""
+
+    def __init__(self, data: bytes) -> None:
+        self.file, self.reads = io.BytesIO(data), []
+
+    def read(self, n: int = -1) -> bytes:
+        self.reads.append(n)
+        return self.file.read(n)
+
+
+def test_sources_and_backends_are_read_a_run_at_a_time(dek):
+    """A read per run of chunks (up to stream.RUN plaintext bytes), not per chunk: a backend
+    read, and the Python around it, is dearer than the chunk's decryption."""
+    data = os.urandom(3 * stream.RUN + 5)
+    source = Counting(data)
+    sealed = SealingReader(dek, source).read()
+    assert len(source.reads) <= 5 and max(source.reads) == stream.RUN
+    streams = []
+
+    def fetch(a, b):
+        streams.append(Counting(sealed[a:b]))
+        return streams[-1]
+
+    assert OpeningReader(dek, fetch, Layout.single(len(sealed)), 0, len(data)).read() == data
+    assert len(streams) == 1 and len(streams[0].reads) <= 1 + 1 + 3 + 1  # header, chunk 0, runs
+    source = Counting(data)
+    part = SealingReader(dek, source, part_number=2, plain_size=len(data)).read()
+    assert len(source.reads) <= 256 // (stream.RUN // -(-len(data) // 256)) + 2
+    assert open_all(dek, part, Layout.multipart([len(part)])) == data
+
+
 @pytest.mark.parametrize("size", PART_SIZES)
 def test_part_round_trip(dek, size):
     data = os.urandom(size)
@@ -566,17 +598,18 @@ def test_bad_arguments(dek):
 
 
 class Repeat:
-    """A zero-copy plaintext source: the same 64 KiB block, ``total`` bytes in all."""
+    """A zero-copy plaintext source: the same run of 64 KiB blocks (the reads a sealing
+    reader makes), ``total`` bytes in all."""
 
     def __init__(self, block: bytes, total: int) -> None:
-        self.block, self.left = block, total
+        self.run, self.left = block * (stream.RUN // len(block)), total
 
     def read(self, n: int = -1) -> bytes:
         if self.left <= 0:
             return b""
-        assert n == len(self.block)
+        assert n == len(self.run) <= self.left
         self.left -= n
-        return self.block
+        return self.run
 
 
 def _best_of(fns: dict, rounds: int = 5) -> dict:

@@ -120,7 +120,8 @@ class BioApi:
     def put_retention(self, call: Call) -> Reply:
         body = call.model(RetentionBody)
         if body.reset and (body.agent is None or body.days is not None):
-            raise ApiError("InvalidArgument", "reset drops one agent's own setting: give agent, without days.")
+            raise ApiError("InvalidArgument",
+                           "reset drops one agent's own setting: give agent, without days.")
         return Reply(200, self.bios.set_retention(body.agent, body.days, body.reset).to_dict())
 
 
@@ -139,7 +140,8 @@ def _kinds(value: str | None) -> frozenset[str] | None:
     kinds = frozenset(k.strip() for k in value.split(",") if k.strip())
     unknown = sorted(kinds - frozenset(ev.KINDS))
     if unknown:
-        raise ApiError("InvalidArgument", f"kind: unknown kind {unknown[0]!r}; kinds are {', '.join(ev.KINDS)}.")
+        raise ApiError("InvalidArgument",
+                       f"kind: unknown kind {unknown[0]!r}; kinds are {', '.join(ev.KINDS)}.")
     return kinds
 
 
@@ -151,7 +153,8 @@ def _time(value: str | None, name: str) -> int | None:
         return int(parse_since(value, time.time()) * 1_000_000)
     except ValueError:
         raise ApiError("InvalidArgument", f"{name}: {value!r} is not a time; use RFC 3339 "
-                       f"({datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}), unix seconds, or a duration like 10m or 7d.") from None
+                       f"({datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}), unix seconds, or a duration like "
+                       "10m or 7d.") from None
 
 
 def _limit(value: str | None) -> int:

@@ -15,7 +15,15 @@ from dataclasses import replace
 
 from ..segments.compactor import Snapshot
 from ..segments.manifest import Segment
-from ..store.base import INTERNAL_BUCKET, ListEntry, ListPage, NoSuchKey, ObjectInfo, ObjectReader, ObjectStore
+from ..store.base import (
+    INTERNAL_BUCKET,
+    ListEntry,
+    ListPage,
+    NoSuchKey,
+    ObjectInfo,
+    ObjectReader,
+    ObjectStore,
+)
 
 BUCKET = "biographies"
 

@@ -59,7 +59,8 @@ class RetentionPolicy:
 
 
 class Biographies:
-    def __init__(self, store: ObjectStore, log: DurableLog, compactor: Compactor, files: SegmentFiles) -> None:
+    def __init__(self, store: ObjectStore, log: DurableLog, compactor: Compactor,
+                 files: SegmentFiles) -> None:
         self.store = store
         self.log = log
         self.compactor = compactor
@@ -96,8 +97,8 @@ class Biographies:
             if value is not None:
                 data[name] = value
         event = Event(new_event_id(now), agent, f"s3:{bucket}", now, "artifact", tool=f"s3:{op}",
-                      artifact_uri=f"s3://{bucket}/{key}", data=orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
-                      .decode())
+                      artifact_uri=f"s3://{bucket}/{key}",
+                      data=orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode())
         self.note([event])
 
     def _redacted(self, e: Event) -> Event:
@@ -120,10 +121,12 @@ class Biographies:
 
     def events(self, f: query.Filter, limit: int = 100,
                cursor: str | None = None) -> tuple[list[Event], str | None]:
-        return query.page(self.snapshot(), self.files, self.log.reader, f, limit, cursor)
+        return self.compactor.consistent(
+            lambda snapshot: query.page(snapshot, self.files, self.log.reader, f, limit, cursor))
 
     def sessions(self, agent: str) -> list[dict]:
-        return query.sessions(query.gather(self.snapshot(), self.files, self.log.reader, query.Filter(agent)))
+        return query.sessions(self.compactor.consistent(
+            lambda snapshot: query.gather(snapshot, self.files, self.log.reader, query.Filter(agent))))
 
     def segments(self, snapshot: Snapshot | None = None) -> list[Segment]:
         """The current biography segments (what the ``biographies`` bucket lists)."""
@@ -160,8 +163,9 @@ class Biographies:
                 else:
                     policy.agents[agent] = days
                 try:
-                    info = write_object(self.store, INTERNAL_BUCKET, RETENTION, orjson.dumps(policy.to_dict()),
-                                        "application/json", swap_condition(self._retention_etag))
+                    info = write_object(self.store, INTERNAL_BUCKET, RETENTION,
+                                        orjson.dumps(policy.to_dict()), "application/json",
+                                        swap_condition(self._retention_etag))
                 except PreconditionFailed:
                     continue
                 self._retention, self._retention_etag = policy, info.etag
@@ -186,7 +190,8 @@ def _redaction_key(store: ObjectStore) -> bytes:
     if found is not None:
         return found[0]
     try:
-        write_object(store, INTERNAL_BUCKET, REDACTION_KEY, os.urandom(32), condition=WriteCondition(if_none_match=True))
+        write_object(store, INTERNAL_BUCKET, REDACTION_KEY, os.urandom(32),
+                     condition=WriteCondition(if_none_match=True))
     except PreconditionFailed:
         pass  # another gateway made it first
     found = read_object(store, INTERNAL_BUCKET, REDACTION_KEY)

@@ -95,8 +95,8 @@ SERVICES: dict[str, Service] = {
             "ListSessions": "List the sessions of an agent's biography.",
             "GetDigest": "Read the compacted digest of an agent's biography.",
             "Compact": "Run a compaction of the biography and audit log now (resource `*`).",
-            "GetRetention": "Read how long biographies are kept (resource `AGENT/*`, or `*` for the default).",
-            "PutRetention": "Set how long biographies are kept (resource `AGENT/*`, or `*` for the default).",
+            "GetRetention": "Read how long biographies are kept (`AGENT/*`, or `*` for the default).",
+            "PutRetention": "Set how long biographies are kept (`AGENT/*`, or `*` for the default).",
         }),
         Service("memory", "arn:orgmem:memory:::", ("arn:orgmem:memory:::SCOPE/ID",), {
             "GetDocument": "Read an open-memory document (SCOPE is `org`, `team/NAME` or `agent/NAME`).",

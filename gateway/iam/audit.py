@@ -40,7 +40,8 @@ window behind the newest one already returned (a gateway whose clock lags by mor
 that could not reach the store for longer) is not returned by a cursor, only by a query
 whose ``since`` covers it. When a call was not cut short by ``limit``, the cursor moves
 to the newest record examined, matching or not, so polls with filters do not re-read
-what they passed (and a cursor used with other filters skips what the first ones left out).
+what they passed; a cursor is therefore only valid with the filters (``principal``,
+``denied``) of the query that returned it.
 
 Records never carry secrets by construction (only the access key ID, never a signature,
 a secret or a query string); this module does not rewrite fields.
@@ -63,15 +64,17 @@ from typing import Any, Literal
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from ..log import AuditEntry, DurableLog, LogReader, LogUnavailable
 from ..logs import log
 from ..segments.compactor import Compactor, Snapshot
 from ..segments.files import SegmentFiles
-from .audit_stream import AuditStream, date_of, table_rows, time_us
+from .audit_stream import AUDIT_SCHEMA, AuditStream, date_of, table_rows, time_us
 
 USER_AGENT_MAX = 512
 STREAM = AuditStream.name
+TIME_TYPE = AUDIT_SCHEMA.field("time").type
 #: How far behind the newest record a cursor returned it still looks for late arrivals.
 LATE_WINDOW = 5.0
 #: Request ids a cursor remembers from its window, at most (about 6 bytes each).
@@ -83,7 +86,6 @@ _CURSOR_VERSION = 1
 _CURSOR_MAX = 8192
 _WINDOW_US = int(LATE_WINDOW * 1_000_000)
 #: How often a query retries when compaction moved the log under it.
-_SNAPSHOT_TRIES = 5
 
 
 # --- the record -------------------------------------------------------------------------------------
@@ -213,16 +215,9 @@ class AuditLog:
         return True
 
     def query(self, **kwargs: Any) -> tuple[list[dict], str]:
-        """:func:`query` over the compactor's current snapshot; takes the same keywords."""
-        for _ in range(_SNAPSHOT_TRIES):
-            snapshot = self.compactor.snapshot()
-            result = query(snapshot, self.compactor.files, self.log.reader, **kwargs)
-            # The tail is read past the snapshot's positions; had compaction moved them
-            # meanwhile, objects of that stretch may have been collected before they were
-            # read (their records are in segments this snapshot does not name): read again.
-            if self.compactor.snapshot().positions == snapshot.positions:
-                return result
-        return result
+        """:func:`query` over one consistent snapshot of the compactor; the same keywords."""
+        return self.compactor.consistent(
+            lambda snapshot: query(snapshot, self.compactor.files, self.log.reader, **kwargs))
 
 
 # --- reading ----------------------------------------------------------------------------------------
@@ -238,6 +233,8 @@ class Cursor:
     window: int
     #: (time in whole milliseconds as microseconds, id hash) of records returned in the window
     seen: list[tuple[int, int]] = field(default_factory=list)
+    #: a hash of the filters it was made with (principal, denied): it is only valid with them
+    filters: int = 0
 
     @property
     def key(self) -> tuple[int, str]:
@@ -246,6 +243,10 @@ class Cursor:
 
 def _id_hash(request_id: str) -> int:
     return int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=4).digest(), "big")
+
+
+def _filters_hash(principal: str | None, denied: bool | None) -> int:
+    return _id_hash(orjson.dumps([principal, denied]).decode())
 
 
 def _varint(n: int) -> bytes:
@@ -261,8 +262,8 @@ def _varint(n: int) -> bytes:
 
 def encode_cursor(cursor: Cursor) -> str:
     rid = cursor.request_id.encode()
-    parts = [struct.pack(">BqqH", _CURSOR_VERSION, cursor.time, cursor.window, len(rid)), rid,
-             struct.pack(">H", len(cursor.seen))]
+    parts = [struct.pack(">BIqqH", _CURSOR_VERSION, cursor.filters, cursor.time, cursor.window, len(rid)),
+             rid, struct.pack(">H", len(cursor.seen))]
     prev = cursor.window
     for t, h in cursor.seen:
         parts.append(_varint((t - prev) // 1000))
@@ -278,8 +279,8 @@ def decode_cursor(text: str) -> Cursor:
         raise bad
     try:
         raw = base64.b64decode(text + "=" * (-len(text) % 4), altchars=b"-_", validate=True)
-        version, t, window, n = struct.unpack_from(">BqqH", raw)
-        pos = struct.calcsize(">BqqH")
+        version, filters, t, window, n = struct.unpack_from(">BIqqH", raw)
+        pos = struct.calcsize(">BIqqH")
         rid_bytes = raw[pos:pos + n]
         pos += n
         if version != _CURSOR_VERSION or len(rid_bytes) != n:
@@ -308,7 +309,7 @@ def decode_cursor(text: str) -> Cursor:
     if pos != len(raw) or count > CURSOR_IDS or not _MIN_US <= window <= _MAX_US \
             or not _MIN_US <= t <= _MAX_US or (seen and seen[-1][0] > _MAX_US):
         raise bad
-    return Cursor(t, rid, window, seen)
+    return Cursor(t, rid, window, seen, filters)
 
 
 def _since_us(since: float) -> int:
@@ -347,6 +348,10 @@ def query(
     if limit < 1:
         raise ValueError("limit must be >= 1")
     cur = decode_cursor(after) if after is not None else None
+    filters = _filters_hash(principal, denied)
+    if cur is not None and cur.filters != filters:
+        raise ValueError("this audit cursor belongs to a query with other filters: pass the same "
+                         "principal and denied as the query that returned it")
     since_us = _since_us(since) if since is not None else None
     now_us = int((time.time() if now is None else now) * 1_000_000)
     want = None if denied is None else ("deny" if denied else "allow")
@@ -383,9 +388,7 @@ def query(
             if segment.min_ts > kth[0]:  # this and every later segment sort after the page
                 truncated = True
                 break
-        table = files.table(segment.key)
-        if lo is not None:
-            table = table.filter(pc.greater_equal(table["time"].cast(pa.int64()), lo))
+        table = _read_segment(files, segment.key, lo)
         if table.num_rows:  # rows are sorted: the last is the newest
             last = (table["time"].cast(pa.int64())[-1].as_py(), table["request_id"][-1].as_py())
             horizon = last if horizon is None else max(horizon, last)
@@ -401,8 +404,9 @@ def query(
     ordered = sorted(found.values(), key=lambda item: (item[0], item[1]["request_id"]))
     truncated = truncated or len(ordered) > limit
     page = ordered[:limit]
-    return [rec for _, rec in page], encode_cursor(_next_cursor(cur, page, horizon, truncated, since_us,
-                                                                now_us))
+    cursor = _next_cursor(cur, page, horizon, truncated, since_us, now_us)
+    cursor.filters = filters
+    return [rec for _, rec in page], encode_cursor(cursor)
 
 
 def _tail(snapshot: Snapshot, reader: LogReader) -> Iterable[tuple[int, dict]]:
@@ -411,6 +415,15 @@ def _tail(snapshot: Snapshot, reader: LogReader) -> Iterable[tuple[int, dict]]:
         for record in obj.records:
             if isinstance(record, AuditEntry):
                 yield time_us(record.record["time"]), record.record
+
+
+def _read_segment(files: SegmentFiles, key: str, lo: int | None) -> pa.Table:
+    """A segment's rows at or after ``lo``: row groups wholly before it are skipped by their
+    statistics (rows are sorted by time, so a poll of the newest records reads little)."""
+    data = pa.BufferReader(files.read(key))
+    if lo is None:
+        return pq.read_table(data)
+    return pq.read_table(data, filters=pc.field("time") >= pa.scalar(lo, TIME_TYPE))
 
 
 def _segments(snapshot: Snapshot, lo: int | None) -> list:

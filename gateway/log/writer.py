@@ -75,6 +75,7 @@ class LogWriter:
         self._thread: threading.Thread | None = None
         self.dropped = 0
         self.commits = 0
+        self._straggler_lock = threading.Lock()
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -111,7 +112,16 @@ class LogWriter:
         return waiter.position
 
     def append_nowait(self, records: list[Record]) -> None:
-        """Buffer ``records``; they are committed within ``flush_interval`` seconds."""
+        """Buffer ``records``; they are committed within ``flush_interval`` seconds.
+
+        After :meth:`close` (a request finishing during shutdown) there is no commit loop
+        left to do it, so they are committed here and now."""
+        with self._cond:
+            closed = self._closing and self._thread is None
+        if closed:
+            with self._straggler_lock:
+                self._commit([], list(records))
+            return
         with self._cond:
             if not self._buffered:
                 self._buffered_since = time.monotonic()

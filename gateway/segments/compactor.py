@@ -17,7 +17,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -40,6 +40,8 @@ MERGE_AT = 4
 #: Runs between sweeps for segment files no manifest names (left by a crash mid-run).
 SWEEP_EVERY = 50
 
+T = TypeVar("T")
+
 #: Decides whether a segment has outlived its retention: (segment, now) -> drop it?
 Retention = Callable[[Segment, float], bool]
 
@@ -50,6 +52,12 @@ class Snapshot:
 
     manifest: Manifest
     positions: Positions
+    #: the version of the checkpoint it was loaded from
+    etag: str | None = None
+
+
+#: Attempts at a consistent read while compactions keep swapping the checkpoint.
+READ_TRIES = 5
 
 
 @dataclass
@@ -64,7 +72,8 @@ class RunResult:
     conflict: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"records": self.records, "log_objects": self.log_objects, "segments_written": len(self.written),
+        return {"records": self.records, "log_objects": self.log_objects,
+                "segments_written": len(self.written),
                 "segments_merged": self.merged, "segments_expired": self.retired_by_retention,
                 "files_deleted": self.deleted, "log_objects_removed": self.log_removed,
                 "conflict": self.conflict}
@@ -88,7 +97,20 @@ class Compactor:
 
     def snapshot(self) -> Snapshot:
         cp = self.log.checkpoints.load(CONSUMER)
-        return Snapshot(Manifest.from_state(cp.state), cp.positions)
+        return Snapshot(Manifest.from_state(cp.state), cp.positions, cp.etag)
+
+    def consistent(self, read: Callable[[Snapshot], T]) -> T:
+        """``read(snapshot)``, repeated if a compaction swapped the checkpoint meanwhile.
+
+        A reader takes the log tail past the snapshot's positions; a compaction committed
+        in between may already have collected objects of that stretch (their records are
+        in segments the snapshot does not name), so such a read is done again."""
+        for _ in range(READ_TRIES):
+            snapshot = self.snapshot()
+            result = read(snapshot)
+            if self.log.checkpoints.load(CONSUMER).etag == snapshot.etag:
+                return result
+        return result
 
     def run(self, max_runs: int = 20) -> RunResult:
         """Compact everything the log held when called (writes arriving meanwhile may wait
@@ -257,5 +279,11 @@ class Compactor:
 def _group(stream: Stream, payloads: list[dict]) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = defaultdict(list)
     for payload in payloads:
-        groups[stream.partition_of(payload)].append(payload)
+        try:
+            partition = stream.partition_of(payload)
+        except (KeyError, TypeError, ValueError) as exc:
+            # a record no reader could use must not stop every stream's compaction
+            event_log.error("record_unreadable", stream=stream.name, error=exc.__class__.__name__)
+            continue
+        groups[partition].append(payload)
     return groups
