@@ -35,6 +35,7 @@ SEAL_BENCH_ARGS ?= $(filter --quick,$(BENCH_ARGS))
 bench: $(STAMP) system-deps
 	$(PY) bench/s3_bench.py $(BENCH_ARGS)
 	$(PY) bench/seal_bench.py $(SEAL_BENCH_ARGS)
+	$(PY) bench/bio_bench.py $(filter --quick,$(BENCH_ARGS))
 
 clean:
 	rm -rf $(VENV) orgmem-data

@@ -16,6 +16,7 @@ import re
 import string
 import threading
 
+import orjson
 import pytest
 
 from gateway.biography.redact import RULE_NAMES, TYPES, Redactor, credential_key
@@ -677,3 +678,18 @@ def test_nothing_is_printed_or_logged(red, capsys, caplog):
     red.redact_json({"password": STRONG[0], "doc": _mixed_document()})
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == "" and not caplog.records
+
+
+def test_json_text_redaction_agrees_with_the_walk():
+    r = Redactor(b"k" * 32)
+    token = "ghp_" + "aB3dE5fG7hJ9kL1mN3pQ5rS7tU9vW1xY3zA5"
+    cases = [{"plain": "nothing here", "n": 3}, {"password": "Xq9#kP2-vLm8zR4!"},
+             {"nested": [{"header": f"token {token}"}]}, {"apiKey": "sk-" + "A1b2C3d4" * 6}, ["just", "words"]]
+    for value in cases:
+        text = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
+        walked, hits = r.redact_json(value)
+        got, got_hits = r.redact_json_text(text)
+        assert got_hits == hits
+        assert orjson.loads(got) == walked
+    r.add_values(["correct-horse-battery"])
+    assert r.redact_json_text('{"note":"correct-horse-battery"}')[1] == 1

@@ -56,6 +56,8 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+import orjson
+
 #: Every type that can appear in a marker, with an (obviously fake) example of what it catches.
 TYPES: dict[str, str] = {
     "aws_access_key": "AKIA… / ASIA… (20 characters)",
@@ -249,6 +251,8 @@ _MAX_VALUE = 4096
 _KEY_PATTERN = re.compile(rf"(?:{_KEYWORD}){_SUFFIX}$", re.I)
 # Paging cursors, idempotency and lock tokens (AWS ClientToken, LockToken, --change-token,
 # PolicyUpdateToken ...) are named like tokens but protect nothing; they are usually UUIDs.
+#: A credential keyword anywhere (a key or a value): the cheap test before decoding JSON.
+_ANY_KEYWORD = re.compile(_KEYWORD, re.I)
 _NOT_SECRET_KEY = re.compile(
     r"(?i)(?:next|continuation|page|pagination|cursor|sync|resume|starting|marker|client|request"
     r"|idempotency|lock|change|update|action|sequence|output|input|max|total|count)[_.-]?token"
@@ -620,6 +624,21 @@ class Redactor:
             return value, 0
         out = _JsonWalk(plan).rebuild(value)
         return out, sum(n for _, n in plan.values())
+
+    def redact_json_text(self, text: str) -> tuple[str, int]:
+        """Canonical JSON text (sorted keys) redacted as :meth:`redact_json` would.
+
+        Most event data holds nothing a rule could fire on: when neither a rule's literal
+        prefix nor a credential keyword occurs anywhere in the text (keys included), and
+        no exact values are registered, the decode and the walk are skipped. The prefixes
+        are ASCII that JSON never escapes, so the text shows them if any string holds them.
+        """
+        if not self._values.values and not _ANY_KEYWORD.search(text) and not _candidates(text, False):
+            return text, 0
+        value, hits = self.redact_json(orjson.loads(text))
+        if not hits:
+            return text, 0
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(), hits
 
     # -- internals --
 

@@ -33,6 +33,12 @@ ROW_GROUP_ROWS = 16_384
 #: Uncompressed bytes per row group, about: big events make smaller groups.
 ROW_GROUP_BYTES = 8 * 1024 * 1024
 ZSTD_LEVEL = 3
+#: Segments that last (merged, or large) are compressed harder: ~5.3x instead of ~4.7x
+#: smaller than NDJSON on agent transcripts, for ~2x the compaction CPU.
+SETTLED_ZSTD_LEVEL = 7
+#: One data page per column chunk, about: zstd sees more of the text at once (a row group
+#: is ~8 MiB, so range reads stay row-group sized).
+DATA_PAGE_BYTES = 8 * 1024 * 1024
 #: Columns stored with dictionary pages (few distinct values per file).
 DICTIONARY_COLUMNS = ["kind", "session", "tool", "model", "role"]
 #: Columns with min/max statistics: the ones queries filter or sort by.
@@ -186,7 +192,7 @@ def write_segment(events: list[Event], sink: str | os.PathLike | IO[bytes],
 
 
 def write_table(table: pa.Table, sink: str | os.PathLike | IO[bytes],
-                row_group_rows: int = ROW_GROUP_ROWS) -> dict:
+                row_group_rows: int = ROW_GROUP_ROWS, compression_level: int | None = None) -> dict:
     """Write a table already in segment order (as :func:`events_to_table` makes it,
     or merged and re-sorted by the compactor) with the segment settings; return
     the same summary as :func:`write_segment`. The table is cast to
@@ -197,11 +203,12 @@ def write_table(table: pa.Table, sink: str | os.PathLike | IO[bytes],
     start = None if isinstance(sink, (str, os.PathLike)) else sink.tell()
     with pq.ParquetWriter(
         sink, EVENT_SCHEMA,
-        compression="zstd", compression_level=ZSTD_LEVEL,
+        compression="zstd", compression_level=compression_level or ZSTD_LEVEL,
         use_dictionary=DICTIONARY_COLUMNS,
         write_statistics=STATISTICS_COLUMNS,
         write_page_index=True,
         sorting_columns=_SORTING,
+        data_page_size=DATA_PAGE_BYTES,
     ) as writer:
         writer.write_table(table, row_group_size=rows_per_group)
     size = os.path.getsize(sink) if start is None else sink.tell() - start

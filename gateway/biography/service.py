@@ -107,10 +107,8 @@ class Biographies:
             e.content, n = self.redactor.redact_text(e.content)
             hits += n
         if e.data is not None:
-            value, n = self.redactor.redact_json(orjson.loads(e.data))
-            if n:
-                e.data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-                hits += n
+            e.data, n = self.redactor.redact_json_text(e.data)
+            hits += n
         e.redactions = hits
         return e
 

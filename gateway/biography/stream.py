@@ -41,9 +41,9 @@ class BioStream:
     def sort(self, table: pa.Table) -> pa.Table:
         return table.sort_by(SORT_KEYS)
 
-    def encode(self, table: pa.Table) -> bytes:
+    def encode(self, table: pa.Table, settled: bool = False) -> bytes:
         sink = io.BytesIO()
-        schema.write_table(table, sink)
+        schema.write_table(table, sink, compression_level=schema.SETTLED_ZSTD_LEVEL if settled else None)
         return sink.getvalue()
 
 

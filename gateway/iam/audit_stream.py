@@ -112,7 +112,7 @@ class AuditStream:
     def sort(self, table: pa.Table) -> pa.Table:
         return table.sort_by(SORT_KEYS)
 
-    def encode(self, table: pa.Table) -> bytes:
+    def encode(self, table: pa.Table, settled: bool = False) -> bytes:
         sink = io.BytesIO()
         write_table(table, sink)
         return sink.getvalue()

@@ -37,6 +37,8 @@ MAX_OBJECTS = 5_000
 #: A partition's segments below this size are merged once MERGE_AT of them exist.
 SMALL_BYTES = 8 * 1024 * 1024
 MERGE_AT = 4
+#: Segments this large (or merged) are compressed harder: they stay as written.
+SETTLED_ROWS = 10_000
 #: Runs between sweeps for segment files no manifest names (left by a crash mid-run).
 SWEEP_EVERY = 50
 
@@ -222,10 +224,12 @@ class Compactor:
             tables = [self.files.table(s.key) for s in small] + [table]
             table = stream.sort(pa.concat_tables(tables, promote_options="default"))
             merged = small
-        return [self._write(stream, partition, table, now)], merged
+        return [self._write(stream, partition, table, now, settled=bool(merged))], merged
 
-    def _write(self, stream: Stream, partition: str, table: pa.Table, now: float) -> Segment:
-        data = stream.encode(table)
+    def _write(self, stream: Stream, partition: str, table: pa.Table, now: float,
+               settled: bool = False) -> Segment:
+        # a fresh small segment is merged soon: compress it cheaply; what lasts, strongly
+        data = stream.encode(table, settled or table.num_rows >= SETTLED_ROWS)
         low, high = pc.min_max(table[stream.ts_column].cast(pa.int64())).values()
         name = f"{int(now * 1000):012x}-{os.urandom(6).hex()}.parquet"
         segment = Segment(stream.name, partition, name, table.num_rows, len(data),

@@ -56,8 +56,9 @@ def head_bucket(ctx: S3Context, req: Request) -> Response:
 
 
 def refuse_bucket_change(ctx: S3Context, req: Request) -> Response:
-    raise S3Error("BucketAlreadyExists", f"The {BUCKET} bucket belongs to the gateway: it serves every "
-                  "agent's biography and cannot be created or deleted.", 409)
+    raise S3Error("InvalidBucketName", f"The bucket name '{BUCKET}' is reserved for orgmem's memory "
+                  "features: it serves every agent's biography and cannot be created or deleted.",
+                  BucketName=BUCKET)
 
 
 def list_v1(ctx: S3Context, req: Request) -> Response:
