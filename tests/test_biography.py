@@ -386,5 +386,6 @@ def test_the_biographies_bucket_cannot_be_created_or_deleted(gw):
     for call in (lambda: s3.create_bucket(Bucket="biographies"), lambda: s3.delete_bucket(Bucket="biographies")):
         with pytest.raises(ClientError) as refused:
             call()
-        assert refused.value.response["Error"]["Code"] == "BucketAlreadyExists"
+        assert refused.value.response["Error"]["Code"] == "InvalidBucketName"
+        assert "reserved" in refused.value.response["Error"]["Message"]
     s3.head_bucket(Bucket="biographies")
