@@ -95,6 +95,11 @@ _BIO_OBJECT_OPS = {
     ("DELETE", None): _op("DeleteObject", "bio:PutEvents", bio.refuse_delete),
 }
 
+#: Buckets that are views of a memory service, with their own operation tables.
+SERVICE_BUCKETS: dict[str, tuple[dict, dict]] = {
+    bio.BUCKET: (_BIO_BUCKET_OPS, _BIO_OBJECT_OPS),
+}
+
 
 #: Request headers asking for features the gateway does not have. Ignoring them would
 #: let a client believe its object is tagged, locked or encrypted under its own key.
@@ -132,11 +137,11 @@ def route(req: Request) -> Operation:
             return LIST_BUCKETS
         raise S3Error("MethodNotAllowed", "The specified method is not allowed against this resource.")
     present = [name for name in req.query if name in SUBRESOURCES]
-    special = req.bucket == bio.BUCKET
+    bucket_ops, object_ops = SERVICE_BUCKETS.get(req.bucket, (_BUCKET_OPS, _OBJECT_OPS))
     if req.key is None:
-        table, selector = _BIO_BUCKET_OPS if special else _BUCKET_OPS, _bucket_selector(req, present)
+        table, selector = bucket_ops, _bucket_selector(req, present)
     else:
-        table, selector = _BIO_OBJECT_OPS if special else _OBJECT_OPS, _object_selector(req, present)
+        table, selector = object_ops, _object_selector(req, present)
     op = table.get((req.method, selector))
     if op is not None:
         return op
