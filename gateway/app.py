@@ -11,6 +11,8 @@ from functools import cached_property
 from pathlib import Path
 
 from .api import bio as bio_api
+from .api import memory as memory_api
+from .api import skills as skills_api
 from .api.admin import PREFIX as ADMIN_PREFIX
 from .api.admin import build_router
 from .api.rest import RestApp
@@ -27,6 +29,8 @@ from .log import DurableLog
 from .log.lease import TTL as LEASE_TTL
 from .log.lease import Lease
 from .logs import log
+from .memory.service import Memory
+from .memory.skills import Skills
 from .metrics import Metrics
 from .recorder import Recorder
 from .rotation import KeyRotation
@@ -207,10 +211,15 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     audit = AuditLog(durable_log, compactor)
     recorder = Recorder(audit, metrics)
     biographies = Biographies(store, durable_log, compactor, files)
-    ctx = S3Context(store=store, region=config.region, biographies=biographies)
+    memory = Memory(store, durable_log)
+    skills = Skills(store, durable_log)
+    ctx = S3Context(store=store, region=config.region, biographies=biographies, memory=memory,
+                    skills=skills)
     s3 = S3App(ctx, authenticator, executor, authorizer, recorder, domain=config.domain,
                body_timeout=config.body_timeout, inline_io=config.backend == "local")
     router = build_router(identities, authorizer, audit, metrics, KeyRotation(store))
     bio_api.add_routes(router, biographies)
+    memory_api.add_routes(router, memory, identities)
+    skills_api.add_routes(router, skills)
     rest = RestApp(router, authenticator, authorizer, recorder, executor)
     return Gateway(config, store, s3, rest, identities, audit, executor, durable_log, biographies)

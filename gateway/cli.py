@@ -12,6 +12,8 @@ from . import logs
 from .admin_cli import admin
 from .bio_cli import bio
 from .config import Config
+from .memory_cli import memory
+from .skills_cli import skills
 from .vault_cli import vault
 
 
@@ -88,6 +90,8 @@ def serve(config_file: str | None, **flags) -> None:
 main.add_command(admin)
 main.add_command(vault)
 main.add_command(bio)
+main.add_command(memory)
+main.add_command(skills)
 
 if __name__ == "__main__":
     main()

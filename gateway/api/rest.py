@@ -24,7 +24,7 @@ import orjson
 import pydantic
 
 from ..iam.authn import Authenticator
-from ..iam.authz import SELF_DECISION, Authorizer, denial_message
+from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, SELF_DECISION, Authorizer, denial_message
 from ..iam.principals import Principal
 from ..logs import log
 from ..recorder import Outcome, Recorder
@@ -55,6 +55,10 @@ class Call:
     request_id: str
     #: what the resource function learned from the body, kept for the handler
     state: dict[str, Any] = field(default_factory=dict)
+    #: whether the caller may ``action`` on ``resource``: for handlers that decide item by item
+    permits: Callable[[str, str], bool] = field(default=lambda action, resource: False)
+    #: the request headers, lowercase names (If-Match ...)
+    headers: dict[str, str] = field(default_factory=dict)
 
     def json(self) -> Any:
         if not self.body.strip():
@@ -78,6 +82,8 @@ class Reply:
     #: a non-JSON body (the Prometheus text format) and its content type
     raw: bytes | None = None
     content_type: str = "application/json"
+    #: further response headers (ETag ...)
+    headers: list[tuple[str, str]] = field(default_factory=list)
 
     def payload(self) -> bytes:
         if self.raw is not None:
@@ -86,6 +92,13 @@ class Reply:
 
 
 Handler = Callable[[Call], Reply]
+
+
+class PerItem(str):
+    """A resource its handler decides item by item (a listing across scopes, a name resolved
+    in the first scope the caller may read): the call is let through, each item is decided
+    with ``Call.permits``. The string is what the audit record names."""
+
 #: The ARN a route acts on, from its path parameters (and sometimes its body).
 ResourceOf = Callable[[Call], str]
 #: Further (action, resource) permissions a call needs, e.g. attaching the policies
@@ -166,7 +179,8 @@ class RestApp:
         payload = reply.payload()
         await send({"type": "http.response.start", "status": reply.status, "headers": [
             (b"content-type", reply.content_type.encode()), (b"content-length", str(len(payload)).encode()),
-            (b"x-amz-request-id", outcome.request_id.encode()), (b"server", b"orgmem")]})
+            (b"x-amz-request-id", outcome.request_id.encode()), (b"server", b"orgmem"),
+            *((k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers)]})
         await send({"type": "http.response.body", "body": payload})
         outcome.status, outcome.bytes_out = reply.status, len(payload)
         if not outcome.recorded:
@@ -194,12 +208,17 @@ class RestApp:
         outcome.principal = auth.principal
         route, params = self.router.match(scope["method"], scope["path"])
         outcome.operation, outcome.action, outcome.durable = route.operation, route.action, route.durable
-        call = Call(auth.principal, params, dict(pairs), body, outcome.client_ip, outcome.request_id)
+        call = Call(auth.principal, params, dict(pairs), body, outcome.client_ip, outcome.request_id,
+                    headers=outcome.headers)
         outcome.resource = route.resource(call)
         context = {"aws:sourceip": outcome.client_ip,
                    "aws:securetransport": "true" if scope.get("scheme") == "https" else "false"}
+        call.permits = lambda action, resource: self._permits(outcome, auth.principal, action, resource,
+                                                              context)
         if route.action is None:
             outcome.decision = SELF_DECISION
+        elif isinstance(outcome.resource, PerItem):
+            outcome.decision = ROOT_DECISION if auth.principal.is_root else PER_ITEM_DECISION
         else:
             outcome.decision = self.authorizer.decide(auth.principal, route.action, outcome.resource,
                                                       context)
@@ -213,6 +232,13 @@ class RestApp:
                 raise ApiError("AccessDenied", denial_message(auth.principal, action, resource, decision),
                                403)
         return route.handler(call)
+
+    def _permits(self, outcome: Outcome, principal: Principal, action: str, resource: str,
+                 context: dict) -> bool:
+        allowed = self.authorizer.allows(principal, action, resource, context)
+        if not allowed:
+            outcome.items_denied += 1
+        return allowed
 
     def _error(self, exc: Exception, outcome: Outcome) -> Reply:
         if isinstance(exc, ApiError):

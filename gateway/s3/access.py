@@ -18,8 +18,10 @@ ARN_PREFIX = "arn:aws:s3:::"
 #: ListBuckets shows only the buckets the caller may list, DeleteObjects reports
 #: AccessDenied per key, as AWS does.
 FILTERED = frozenset({"ListBuckets", "DeleteObjects"})
-#: Actions of the biographies bucket: decided per agent and session inside its handlers.
-PER_AGENT_SERVICE = "bio:"
+#: Actions of the service buckets decided per item inside their handlers: the biographies
+#: bucket per agent and session, the skills bucket per scope and skill, the memory bucket
+#: per scope and document.
+PER_ITEM_SERVICES = ("bio:", "skills:", "memory:")
 _LISTINGS = frozenset({"ListObjects", "ListObjectsV2", "ListMultipartUploads"})
 
 
@@ -41,7 +43,7 @@ def request_arn(req: Request) -> str:
 
 def checks(req: Request, op_name: str, action: str, copy_source: tuple[str, str] | None) -> list[Check]:
     """Every permission the request needs, the request's own first."""
-    if op_name in FILTERED or action.startswith(PER_AGENT_SERVICE):
+    if op_name in FILTERED or action.startswith(PER_ITEM_SERVICES):
         return []
     needed = [Check(action, request_arn(req))]
     if copy_source is not None:

@@ -19,6 +19,10 @@ class S3Context:
     max_object_size: int = 5 * 1024**3
     #: the biography service behind the ``biographies`` bucket (None: not served)
     biographies: Any = None
+    #: the open-memory service behind the ``memory`` bucket (None: not served)
+    memory: Any = None
+    #: the skills service behind the read-only ``skills`` bucket (None: not served)
+    skills: Any = None
 
     def owner_xml(self) -> str:
         return "<Owner>" + element("ID", self.owner_id) + element("DisplayName", self.owner_name) + "</Owner>"

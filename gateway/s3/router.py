@@ -15,6 +15,8 @@ from .context import S3Context
 from .errors import S3Error, not_implemented
 from .handlers import biographies as bio
 from .handlers import buckets, listing, multipart, objects
+from .handlers import memory_bucket as mem
+from .handlers import skills_bucket as skills
 from .message import Request, Response
 
 Handler = Callable[[S3Context, Request], Response]
@@ -95,9 +97,46 @@ _BIO_OBJECT_OPS = {
     ("DELETE", None): _op("DeleteObject", "bio:PutEvents", bio.refuse_delete),
 }
 
+#: The skills bucket: every skill's latest version, read-only (published by the REST API).
+_SKILLS_BUCKET_OPS = {
+    ("HEAD", None): _op("HeadBucket", "skills:ListSkills", skills.head_bucket),
+    ("PUT", None): _op("CreateBucket", "skills:PutSkill", skills.refuse_bucket_change, True),
+    ("DELETE", None): _op("DeleteBucket", "skills:DeleteSkill", skills.refuse_bucket_change),
+    ("GET", None): _op("ListObjects", "skills:ListSkills", skills.list_v1),
+    ("GET", "list-type"): _op("ListObjectsV2", "skills:ListSkills", skills.list_v2),
+    ("GET", "location"): _op("GetBucketLocation", "skills:ListSkills", buckets.get_location),
+}
+_SKILLS_OBJECT_OPS = {
+    ("GET", None): _op("GetObject", "skills:GetSkill", skills.get_object),
+    ("HEAD", None): _op("HeadObject", "skills:GetSkill", skills.head_object),
+    ("PUT", None): _op("PutObject", "skills:PutSkill", skills.refuse_write),
+    ("PUT", "copy"): _op("CopyObject", "skills:PutSkill", skills.refuse_write),
+    ("POST", "uploads"): _op("CreateMultipartUpload", "skills:PutSkill", skills.refuse_write),
+    ("DELETE", None): _op("DeleteObject", "skills:DeleteSkill", skills.refuse_write),
+}
+
+#: The memory bucket: open-memory documents as JSON, written through the memory service.
+_MEMORY_BUCKET_OPS = {
+    ("HEAD", None): _op("HeadBucket", "memory:ListDocuments", mem.head_bucket),
+    ("PUT", None): _op("CreateBucket", "memory:PutDocument", mem.refuse_bucket_change, True),
+    ("DELETE", None): _op("DeleteBucket", "memory:DeleteDocument", mem.refuse_bucket_change),
+    ("GET", None): _op("ListObjects", "memory:ListDocuments", mem.list_v1),
+    ("GET", "list-type"): _op("ListObjectsV2", "memory:ListDocuments", mem.list_v2),
+    ("GET", "location"): _op("GetBucketLocation", "memory:ListDocuments", buckets.get_location),
+}
+_MEMORY_OBJECT_OPS = {
+    ("PUT", None): _op("PutObject", "memory:PutDocument", mem.put_object, True),
+    ("GET", None): _op("GetObject", "memory:GetDocument", mem.get_object),
+    ("HEAD", None): _op("HeadObject", "memory:GetDocument", mem.head_object),
+    ("DELETE", None): _op("DeleteObject", "memory:DeleteDocument", mem.delete_object),
+    ("POST", "uploads"): _op("CreateMultipartUpload", "memory:PutDocument", mem.refuse_multipart),
+}
+
 #: Buckets that are views of a memory service, with their own operation tables.
 SERVICE_BUCKETS: dict[str, tuple[dict, dict]] = {
     bio.BUCKET: (_BIO_BUCKET_OPS, _BIO_OBJECT_OPS),
+    mem.BUCKET: (_MEMORY_BUCKET_OPS, _MEMORY_OBJECT_OPS),
+    skills.BUCKET: (_SKILLS_BUCKET_OPS, _SKILLS_OBJECT_OPS),
 }
 
 

@@ -1,0 +1,1 @@
+"""Open memory and skills: what the organization knows, decided and learned, as readable documents."""
