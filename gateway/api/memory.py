@@ -126,7 +126,7 @@ class MemoryApi:
             try:
                 raw = d.parse_json(call.body)
             except DocumentError as exc:
-                raise ApiError(exc.code, f"{exc}; nothing was stored.", exc.status) from None
+                raise ApiError(exc.code, f"{str(exc).rstrip('.')}; nothing was stored.", exc.status) from None
             call.state["doc"] = raw
         return raw
 
@@ -186,7 +186,7 @@ class MemoryApi:
             return action()
         except DocumentError as exc:
             if exc.status in (400, 413):
-                raise ApiError(exc.code, f"{exc}; nothing was stored.", exc.status) from None
+                raise ApiError(exc.code, f"{str(exc).rstrip('.')}; nothing was stored.", exc.status) from None
             raise
 
     # -- reading ----------------------------------------------------------------

@@ -52,8 +52,8 @@ def render(agent: str, teams: tuple[str, ...], docs: list[dict], generated: str,
             f"What is in force for {agent} ({scopes}) as of {generated}: {len(docs)} document"
             f"{'' if len(docs) == 1 else 's'}. Each entry names its source; read one whole with "
             f"GET /v1/memory/SCOPE/ID.\n")
-    ordered = sorted(docs, key=lambda doc: (_ORDER.get(doc["kind"], 9), _specificity(doc),
-                                            doc["updated_at"]), reverse=False)
+    newest_first = sorted(docs, key=lambda doc: doc["updated_at"], reverse=True)
+    ordered = sorted(newest_first, key=lambda doc: (_ORDER.get(doc["kind"], 9), _specificity(doc)))
     parts = [head]
     size = len(head.encode())
     left = 0

@@ -299,7 +299,7 @@ class Memory:
         if target:
             cur = self.get(scope, doc_id)
             if cur is None or cur.doc.get("supersedes") != target:  # a new supersession
-                return self.supersede(by, scope, target, raw, new_if_match=if_match,
+                return self.supersede(by, scope, target, {**raw, "id": doc_id}, new_if_match=if_match,
                                       new_if_none_match=if_none_match)[0]
         return self._commit(scope, doc_id, by, lambda cur, now: self._updated(by, draft, cur, now),
                             if_match, if_none_match, claim=True)

@@ -111,17 +111,17 @@ def put_object(ctx: S3Context, req: Request) -> Response:
     while body.read(65536):  # to the end: signatures and checksums are verified there
         pass
     finalize()
-    raw = d.parse_json(data)
-    old = raw.get("supersedes")
-    if isinstance(old, str) and d.ID_RE.match(old):
-        _check(req, "memory:PutDocument", scope, old, "supersede")
     try:
+        raw = d.parse_json(data)
+        old = raw.get("supersedes")
+        if isinstance(old, str) and d.ID_RE.match(old):
+            _check(req, "memory:PutDocument", scope, old, "supersede")
         stored = memory.put(req.principal.name, scope, doc_id, raw, condition.if_match,
                             condition.if_none_match)
     except DocumentError as exc:
         if exc.status in (400, 413):
             raise S3Error("InvalidArgument" if exc.status == 400 else "EntityTooLarge",
-                          f"{exc}; nothing was stored.", 400) from None
+                          f"{str(exc).rstrip('.')}; nothing was stored.", 400) from None
         raise
     return Response(200, [("etag", f'"{stored.etag}"')] if stored.etag else [])
 
