@@ -47,6 +47,10 @@ def read_folder(folder: str | os.PathLike) -> tuple[str, list[JSON]]:
                 continue
             full = Path(dirpath) / filename
             rel = full.relative_to(root).as_posix()
+            if full.is_symlink() and not full.resolve().is_relative_to(root.resolve()):
+                # a link to ~/.aws/credentials in a cloned skill would publish it to the fleet
+                raise SkillsError(0, "InvalidSkill", f"{folder}: {rel} is a symbolic link to a file "
+                                  "outside the skill folder; copy the file in if it belongs to the skill")
             mode = full.stat().st_mode
             if not stat.S_ISREG(mode):
                 continue

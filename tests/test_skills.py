@@ -325,3 +325,73 @@ def test_local_validation_matches(tmp_path):
     (folder / ".git" / "HEAD").write_text("ref")
     name, files = read_folder(folder)
     assert name == "my-skill" and [f["path"] for f in files] == ["SKILL.md"]
+
+
+# -- review fixes -------------------------------------------------------------------------------
+
+
+def test_odd_version_numbers_are_400(root):
+    with pytest.raises(AdminError) as err:
+        root._raw("GET", "/v1/skills/some-skill", {"scope": "org", "version": "\u00b2"})
+    assert err.value.status == 400 and "version" in err.value.message
+
+
+def test_a_symlink_out_of_the_folder_is_not_pushed(tmp_path):
+    secret = tmp_path / "credentials"
+    secret.write_text("aws_secret_access_key = not-for-the-fleet\n")
+    folder = tmp_path / "linky"
+    folder.mkdir()
+    (folder / "SKILL.md").write_text("---\nname: linky\ndescription: ok\n---\n")
+    (folder / "notes.md").write_text("inside")
+    (folder / "alias.md").symlink_to(folder / "notes.md")  # a link inside the folder is fine
+    assert [f["path"] for f in read_folder(folder)[1]] == ["SKILL.md", "alias.md", "notes.md"]
+    (folder / "assets").mkdir()
+    (folder / "assets" / "key").symlink_to(secret)
+    with pytest.raises(AdminError, match="outside the skill folder"):
+        read_folder(folder)
+
+
+def test_two_pushes_taking_the_same_number_give_two_whole_versions(tmp_path):
+    """Deterministic race: both pushes read the same latest version (a barrier holds them
+    there) and race for one manifest; the loser takes the next number, nothing mixes."""
+    from gateway.log import DurableLog
+    from gateway.memory.skills import FileIn, Scope, Skills
+    from gateway.store.base import INTERNAL_BUCKET
+    from gateway.store.local import LocalStore
+
+    store = LocalStore(tmp_path / "store")
+    store.create_bucket(INTERNAL_BUCKET)
+    log = DurableLog(store, flush_interval=0.05).start()
+    barrier = threading.Barrier(2, timeout=10)
+    first_read = threading.local()
+
+    class Racing(Skills):
+        def latest_version(self, scope, name):
+            found = super().latest_version(scope, name)
+            if not getattr(first_read, "done", False):
+                first_read.done = True
+                barrier.wait()
+            return found
+
+    skills = Racing(store, log)
+    name = "racing-skill"
+    pushes = [[FileIn("SKILL.md", f"---\nname: {name}\ndescription: Variant {i}.\n---\n".encode()),
+               FileIn(f"assets/only-{i}.bin", os.urandom(1000 + i))] for i in range(2)]
+    results: list = [None, None]
+
+    def push(i: int) -> None:
+        results[i] = skills.publish(Scope("org"), name, pushes[i], f"pusher-{i}")
+
+    threads = [threading.Thread(target=push, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    log.close()
+    assert sorted(r["version"] for r in results) == [1, 2]
+    for i, manifest in enumerate(results):
+        stored = skills.manifest(Scope("org"), name, manifest["version"])
+        assert stored["author"] == f"pusher-{i}"
+        assert {f["path"] for f in stored["files"]} == {"SKILL.md", f"assets/only-{i}.bin"}
+        for f in pushes[i]:
+            assert skills.read_file(stored, f.path)[1] == f.data

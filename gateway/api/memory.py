@@ -210,7 +210,7 @@ class MemoryApi:
     def version(self, call: Call) -> Reply:
         scope, doc_id = self._where(call)
         n = call.params["n"]
-        if not n.isdigit() or int(n) < 1:
+        if not (n.isascii() and n.isdigit()) or int(n) < 1:
             raise ApiError("InvalidArgument", "version: a whole number from 1.")
         current = self.memory.require(scope, doc_id)
         doc = self.memory.version(scope, doc_id, int(n)) if int(n) <= current.version else None

@@ -93,7 +93,7 @@ class SkillsApi:
         value = call.query.get("version")
         if value is None or value == "" or value == "latest":
             return None
-        if not value.isdigit() or not 1 <= int(value) <= 999_999:
+        if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= 999_999:
             raise ApiError("InvalidArgument", "version: must be a whole number from 1 (or 'latest').")
         return int(value)
 

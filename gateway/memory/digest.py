@@ -32,7 +32,7 @@ def _entry(doc: dict) -> str:
         body = body[:MAX_EXCERPT].rsplit(" ", 1)[0] + " …"
     lines = [f"- **{_one_line(doc['title'])}**" + (f" — {body}" if body else "")]
     source = (f"  - source: `{doc['scope']}/{doc['id']}` v{doc['version']}; decided by "
-              f"{doc['decided_by']} on {doc['decided_at'][:10]}")
+              f"{_one_line(doc.get('decided_by') or '?')} on {(doc.get('decided_at') or '?')[:10]}")
     if doc.get("valid_until"):
         source += f"; valid until {doc['valid_until'][:10]}"
     lines.append(source)
@@ -40,7 +40,8 @@ def _entry(doc: dict) -> str:
         why = _one_line(doc["rationale"])
         lines.append(f"  - why: {why[:MAX_EXCERPT]}")
     if doc.get("evidence"):
-        lines.append("  - evidence: " + ", ".join(f"`{e}`" for e in doc["evidence"][:10])
+        lines.append("  - evidence: " + ", ".join(f"`{_one_line(e).replace('`', '')}`"
+                                                  for e in doc["evidence"][:10])
                      + (" …" if len(doc["evidence"]) > 10 else ""))
     return "\n".join(lines) + "\n"
 

@@ -363,10 +363,17 @@ class Memory:
         now = self.clock()
         if not draft.fields["valid_from"]:
             draft.fields["valid_from"] = d.now_text(now)
+        self._check_successor(by, draft, scope, new_id, old_id, now, new_if_match, new_if_none_match)
 
         def mark(cur: Stored | None, _now: float) -> dict:
             if cur is None or self.resolved(cur)["status"] != "active":
                 raise _conflict(f"{scope}/{old_id} stopped being active while it was superseded.")
+            pending = cur.doc.get("superseded_by")
+            if pending and pending != new_id and _now - d.parse_time(cur.doc["updated_at"]) < CLAIM_GRACE:
+                # another supersession is between its mark and its new document: two racing
+                # supersessions must not leave two active successors (a dead one's mark expires)
+                raise _conflict(f"{scope}/{old_id} is being superseded by {scope}/{pending}; "
+                                "read it again once that is done.")
             return {**cur.doc, "superseded_by": new_id, "updated_at": d.now_text(_now), "updated_by": by}
 
         pending = self._commit(scope, old_id, by, mark, old.etag if if_match else None, False)
@@ -392,6 +399,28 @@ class Memory:
 
         done = self._commit(scope, old_id, by, close, None, False)
         return new, done
+
+    def _check_successor(self, by: str, draft: d.Draft, scope: Scope, new_id: str, old_id: str,
+                         now: float, if_match: str | None, if_none_match: bool) -> None:
+        """Refuse up front (400, 409, 412) what writing the new document would refuse, before
+        the old one is marked: a refused supersession leaves the old document untouched (its
+        ETag too, so a corrected retry with the same If-Match works). A writer racing past
+        this check is still caught by the write itself, and the mark is undone."""
+        cur = self.get(scope, new_id)
+        if if_none_match and cur is not None:
+            raise _precondition(f"If-None-Match: {scope}/{new_id} already exists.")
+        if if_match is not None and (cur is None or cur.etag != if_match):
+            raise _precondition(f"If-Match: {scope}/{new_id} " + (
+                "does not exist." if cur is None else f"has changed (its ETag is now \"{cur.etag}\")."))
+        doc = self._updated(by, draft, cur, now, supersedes=old_id)
+        fingerprint = d.fingerprint(doc)
+        if cur is not None and cur.doc.get("status") == "active" and d.fingerprint(cur.doc) == fingerprint:
+            return
+        found = read_object(self.store, INTERNAL_BUCKET, claim_key(scope, fingerprint))
+        if found is not None:
+            holder = orjson.loads(found[0])
+            if holder["id"] not in (new_id, old_id):
+                self._check_holder(scope, fingerprint, holder)
 
     def retract(self, by: str, scope: Scope, doc_id: str, if_match: str | None = None) -> Stored:
         """Mark a document retracted (a new version; the history stays)."""
@@ -527,7 +556,11 @@ class Memory:
         Versions already present with the same content are skipped, so an interrupted import
         can be run again; a different version n already present is a 409."""
         d.check_id(doc_id)
-        versions = sorted(versions, key=lambda v: v.get("version", 0))
+        for v in versions:
+            if not isinstance(v.get("version"), int) or isinstance(v.get("version"), bool):
+                raise DocumentError(f"{scope}/{doc_id}: every exported version needs a whole-number "
+                                    f"version, not {v.get('version')!r}.")
+        versions = sorted(versions, key=lambda v: v["version"])
         for i, v in enumerate(versions, 1):
             if v.get("version") != i:
                 raise DocumentError(f"{scope}/{doc_id}: versions must run 1, 2, 3...; version {i} "
