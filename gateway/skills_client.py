@@ -51,7 +51,11 @@ def read_folder(folder: str | os.PathLike) -> tuple[str, list[JSON]]:
                 # a link to ~/.aws/credentials in a cloned skill would publish it to the fleet
                 raise SkillsError(0, "InvalidSkill", f"{folder}: {rel} is a symbolic link to a file "
                                   "outside the skill folder; copy the file in if it belongs to the skill")
-            mode = full.stat().st_mode
+            try:
+                mode = full.stat().st_mode
+            except OSError as exc:  # a dangling link, or a file gone meanwhile
+                raise SkillsError(0, "InvalidSkill", f"{folder}: cannot read {rel}: "
+                                  f"{exc.strerror or exc}") from None
             if not stat.S_ISREG(mode):
                 continue
             files[rel] = full.read_bytes()

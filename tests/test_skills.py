@@ -395,3 +395,15 @@ def test_two_pushes_taking_the_same_number_give_two_whole_versions(tmp_path):
         assert {f["path"] for f in stored["files"]} == {"SKILL.md", f"assets/only-{i}.bin"}
         for f in pushes[i]:
             assert skills.read_file(stored, f.path)[1] == f.data
+
+
+def test_a_dangling_link_in_a_skill_folder_is_a_clear_error(tmp_path):
+    from gateway.skills_client import SkillsError, read_folder
+
+    folder = tmp_path / "tidy-notes"
+    folder.mkdir()
+    (folder / "SKILL.md").write_text("---\nname: tidy-notes\ndescription: Keeps notes tidy.\n---\nSteps.\n")
+    (folder / "assets").mkdir()
+    (folder / "assets" / "gone").symlink_to(folder / "assets" / "nowhere")
+    with pytest.raises(SkillsError, match="cannot read assets/gone"):
+        read_folder(folder)

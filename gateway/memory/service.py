@@ -502,7 +502,8 @@ class Memory:
     def _changed(self, scope: Scope, doc_id: str, n: int, etag: str | None, by: str | None,
                  now: float) -> None:
         if self.log is not None:
-            self.log.append([DocChanged("memory", f"{scope.arn_part}/{doc_id}", "put", now, n, etag, by)])
+            # named like the S3 key (scope path), as skills' notices are
+            self.log.append([DocChanged("memory", f"{scope.path}/{doc_id}", "put", now, n, etag, by)])
 
     # -- duplicates -------------------------------------------------------------------------
 
