@@ -19,8 +19,9 @@ plaintext ``Readable`` into sealed bytes, :class:`OpeningReader` decrypts a plai
 fetching only the ciphertext ranges whose chunks it needs. Neither ever returns a byte that has
 not been authenticated; every failure is an :class:`IntegrityError`.
 
-Both also iterate (``for piece in reader``) over whole chunks without copying, which is the
-fastest way to stream them.
+Both read their source in runs of whole chunks (up to ``RUN`` plaintext bytes) at once, and
+iterate (``for piece in reader``) over whole chunks without copying, which is the fastest way
+to stream them.
 """
 
 from __future__ import annotations
@@ -30,10 +31,7 @@ import binascii
 import bisect
 import os
 import struct
-import threading
-from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -80,8 +78,6 @@ MERGE_GAP = 256 * 1024
 #: Plaintext an opening reader reads from the backend (and decrypts, and returns) at once:
 #: whole chunks, at least one.
 RUN = 1 << 20
-#: Ciphertext an opening reader of a large range reads and decrypts ahead of its consumer.
-READ_AHEAD = 3 * RUN
 
 
 class Readable(Protocol):
@@ -496,48 +492,67 @@ class SealingReader(_PieceReader):
         return self._seal_part()
 
     def _seal_single(self) -> Iterator[bytes]:
+        """Runs of ``RUN`` plaintext bytes (the last shorter), each read from the source at
+        once. The run after is read before a run is sealed: only it tells whether the run
+        holds the final chunk."""
         seed = os.urandom(12)
         header = _SINGLE_HEADER.pack(MAGIC, FORMAT_VERSION, KIND_SINGLE, CHUNK_LOG2, 0, seed, _ZERO12)
         yield header
-        encrypt, pack = self._aead.encrypt, _INDEX.pack
-        prefix = header + _PART_NUMBER.pack(0)
-        seed_int = int.from_bytes(seed, "big")
-        current = self._pull(CHUNK)
+        sealer = _RunSealer(self._aead, header, 0, seed)
+        current = self._pull(RUN)
         i = 0
         while True:
-            following = self._pull(CHUNK) if len(current) == CHUNK else b""
+            following = self._pull(RUN) if len(current) == RUN else b""
             final = not following
             if final and self.plain_size is not None and self._read_total != self.plain_size:
                 raise SizeMismatch(f"the body ended after {self._read_total} of its declared "
                                    f"{self.plain_size} bytes")
-            yield encrypt((seed_int ^ i).to_bytes(12, "big"), current, prefix + pack(i, final))
+            count = max(1, _ceil_div(len(current), CHUNK))
+            yield from sealer.seal(current, i, CHUNK, count, i + count - 1 if final else -1)
             if final:
                 return
             current = following
-            i += 1
+            i += count
 
     def _seal_part(self) -> Iterator[bytes]:
+        """The 256 chunks in runs of up to ``RUN`` plaintext bytes, each read at once."""
         assert self.part_number is not None and self.plain_size is not None
         p = self.plain_size
         seed = os.urandom(12)
         header = _PART_HEADER.pack(MAGIC, FORMAT_VERSION, KIND_PART, 0, seed, self.part_number, p)
         yield header
-        encrypt, pack = self._aead.encrypt, _INDEX.pack
-        prefix = header + _PART_NUMBER.pack(self.part_number)
-        seed_int = int.from_bytes(seed, "big")
-        size = max(1, _ceil_div(p, PART_CHUNKS))
-        remaining = p
+        sealer = _RunSealer(self._aead, header, self.part_number, seed)
+        geo = _Geometry(KIND_PART, p)
+        per_run = max(1, RUN // geo.size)
         last = PART_CHUNKS - 1
-        for j in range(PART_CHUNKS):
-            want = min(size, remaining)
+        for j in range(0, PART_CHUNKS, per_run):
+            stop = min(PART_CHUNKS, j + per_run)
+            want = geo.plain_end(stop - 1) - geo.plain_start(j)
             data = self._pull(want) if want else b""
             if len(data) < want:
                 raise SizeMismatch(f"the part body ended after {self._read_total} of its "
                                    f"declared {p} bytes")
-            remaining -= want
-            if j == last and self._source.read(1):
+            if stop == PART_CHUNKS and self._source.read(1):
                 raise SizeMismatch(f"the part body is longer than its declared {p} bytes")
-            yield encrypt((seed_int ^ j).to_bytes(12, "big"), data, prefix + pack(j, j == last))
+            yield from sealer.seal(data, j, geo.size, stop - j, last)
+
+
+class _RunSealer:
+    """Seals runs of consecutive chunks of one object or part, read from the source at once
+    (one read per run rather than per chunk); each sealed chunk stays its own piece."""
+
+    def __init__(self, aead: AESGCM, header: bytes, part_number: int, seed: bytes) -> None:
+        self._encrypt = aead.encrypt
+        self._prefix = header + _PART_NUMBER.pack(part_number)
+        self._seed = int.from_bytes(seed, "big")
+
+    def seal(self, data: bytes, j0: int, size: int, count: int, last: int) -> list[bytes]:
+        """Chunks ``j0 .. j0 + count - 1`` of ``size`` plaintext bytes each (the run's last
+        one may be shorter or empty), cut from ``data``; chunk ``last`` is the final one."""
+        encrypt, pack, seed, prefix = self._encrypt, _INDEX.pack, self._seed, self._prefix
+        view = memoryview(data)
+        return [encrypt((seed ^ j).to_bytes(12, "big"), view[(j - j0) * size:(j - j0 + 1) * size],
+                        prefix + pack(j, j == last)) for j in range(j0, j0 + count)]
 
 
 # -- opening -------------------------------------------------------------------------------------
@@ -642,72 +657,31 @@ class OpeningReader(_PieceReader):
         return self._source.fetches
 
     def _pieces(self) -> Iterator[bytes]:
-        pending: deque[_Pending] = deque()
         try:
-            yield from self._open(pending)
+            yield from self._open()
         finally:
-            for item in pending:  # closed early: work queued for it is dropped, not waited for
-                if item.future is not None:
-                    item.future.cancel()
             self._source.close()
 
-    def _open(self, pending: deque[_Pending]) -> Iterator[bytes]:
-        """Runs of chunks in order, each read with one backend read. With a large range, the
-        runs after the one being returned are read and decrypted ahead on the shared pool
-        (cryptography releases the GIL while it decrypts), within ``READ_AHEAD`` bytes; a run
-        still queued when it is needed is decrypted here instead, so a busy pool never
-        makes a reader wait."""
-        runs = self._runs()
-        pool = _decrypt_pool() if self.end - self.start >= 2 * RUN else None
-        ahead = 0  # ciphertext bytes read and not yet returned
-        exhausted = False
-        while True:
-            while not exhausted and (not pending or (pool is not None and ahead < READ_AHEAD)):
-                try:
-                    run = next(runs)
-                except StopIteration:
-                    exhausted = True
-                    break
-                except Exception as exc:  # noqa: BLE001 - raised when its turn comes
-                    pending.append(_Pending(None, None, exc))
-                    exhausted = True
-                    break
-                future = pool.submit(run.open, self._aead) if pool is not None and pending else None
-                pending.append(_Pending(run, future, None))
-                ahead += run.size
-            if not pending:
-                return
-            item = pending.popleft()
-            if item.error is not None:
-                raise item.error
-            ahead -= item.run.size
-            if item.future is None or item.future.cancel():
-                plain = item.run.open(self._aead)
-            else:
-                plain = item.future.result()
-            if plain:
-                yield plain
-
-    def _runs(self) -> Iterator[_Run]:
+    def _open(self) -> Iterator[bytes]:
         """Each span's header, checked, then its chunks in runs of up to ``RUN`` plaintext
-        bytes (the first run of the reader is one chunk: what opening an object primes)."""
+        bytes, each read from the backend at once. The first run of a reader is only
+        ``CHUNK`` bytes' worth (at least a chunk): what opening an object primes, so a
+        consumer reading ``RUN`` bytes at a time after that reads whole runs."""
         previous = 0
         first_run = True
         for span, geo, j0, j1, lo, hi in self._plan:
             header = self._header(span, previous)
             previous = header.part_number
             where = "the object's" if span.kind == KIND_SINGLE else f"part {span.position + 1}'s"
-            prefix = header.raw + _PART_NUMBER.pack(header.part_number)
-            seed = int.from_bytes(header.seed, "big")
+            opener = _RunOpener(self._aead, header, geo, lo, hi, where)
             per_run = max(1, RUN // geo.size)
             j = j0
             while j <= j1:
-                stop = min(j1 + 1, j + (1 if first_run else per_run))
+                stop = min(j1 + 1, j + (max(1, CHUNK // geo.size) if first_run else per_run))
                 first_run = False
                 offset = span.cipher_start + geo.cipher_start(j)
-                length = geo.cipher_end(stop - 1) - geo.cipher_start(j)
-                data = self._source.read_at(offset, length)
-                yield _Run(data, geo, j, stop, lo, hi, seed, prefix, where)
+                sealed = self._source.read_at(offset, geo.cipher_end(stop - 1) - geo.cipher_start(j))
+                yield from opener.open(sealed, j, stop)
                 j = stop
 
     def _header(self, span: PartSpan, previous: int) -> Header:
@@ -745,32 +719,32 @@ class OpeningReader(_PieceReader):
         self.close()
 
 
-class _Run:
-    """Consecutive chunks of one span as read from the backend in one piece, opened (all of
-    them authenticated, the plaintext cut to the range) by :meth:`open`, on any thread."""
+class _RunOpener:
+    """Opens runs of consecutive chunks of one span, read from the backend in one piece:
+    every chunk authenticated, its plaintext cut to ``[lo, hi)`` of the span. Reading a run
+    at a time (rather than a chunk) saves a backend read and the Python around it per chunk;
+    the chunks stay separate pieces, since joining them would cost a copy that a consumer
+    iterating needs not make and a consumer reading makes anyway."""
 
-    __slots__ = ("data", "geo", "j0", "stop", "lo", "hi", "seed", "prefix", "where")
+    def __init__(self, aead: AESGCM, header: Header, geo: _Geometry, lo: int, hi: int,
+                 where: str) -> None:
+        self._decrypt = aead.decrypt
+        self._prefix = header.raw + _PART_NUMBER.pack(header.part_number)
+        self._seed = int.from_bytes(header.seed, "big")
+        self._geo, self._lo, self._hi, self._where = geo, lo, hi, where
 
-    def __init__(self, data: bytes, geo: _Geometry, j0: int, stop: int, lo: int, hi: int,
-                 seed: int, prefix: bytes, where: str) -> None:
-        self.data, self.geo, self.j0, self.stop = data, geo, j0, stop
-        self.lo, self.hi, self.seed, self.prefix, self.where = lo, hi, seed, prefix, where
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
-
-    def open(self, aead: AESGCM) -> bytes:
-        """The run's plaintext within ``[lo, hi)`` of its span, in one piece; IntegrityError
-        for the first chunk that fails, so none of a failing run is returned."""
-        decrypt, pack, seed, prefix = aead.decrypt, _INDEX.pack, self.seed, self.prefix
-        geo, lo, hi = self.geo, self.lo, self.hi
+    def open(self, sealed: bytes, j0: int, stop_j: int) -> list[bytes]:
+        """The plaintext of chunks ``j0 .. stop_j - 1`` (``sealed``: exactly their ciphertext),
+        non-empty pieces; IntegrityError for the first that fails, so nothing of a failing run
+        is returned."""
+        decrypt, pack, seed, prefix = self._decrypt, _INDEX.pack, self._seed, self._prefix
+        geo, lo, hi = self._geo, self._lo, self._hi
         last, size, total = geo.count - 1, geo.size, geo.plain
-        view = memoryview(self.data)
+        view = memoryview(sealed)
         pieces = []
-        first = geo.plain_start(self.j0)  # plaintext offset of chunk j within the span
+        first = geo.plain_start(j0)  # plaintext offset of chunk j within the span
         at = 0
-        for j in range(self.j0, self.stop):
+        for j in range(j0, stop_j):
             stop = first + size
             if stop > total:
                 stop = total
@@ -780,44 +754,19 @@ class _Run:
                                 prefix + pack(j, j == last))
             except InvalidTag:
                 raise IntegrityError(
-                    f"{self.where} chunk {j} failed authentication: the object was damaged, "
+                    f"{self._where} chunk {j} failed authentication: the object was damaged, "
                     "truncated, reordered or swapped on the backend, or the data key is "
                     "not its own") from None
             if lo <= first and hi >= stop:
-                pieces.append(plain)
+                if plain:
+                    pieces.append(plain)
             else:
                 a = lo - first if lo > first else 0
                 if hi - first > a:
                     pieces.append(plain[a:hi - first])
             at += length
             first = stop
-        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
-
-
-@dataclass(frozen=True)
-class _Pending:
-    """A run read ahead (decrypting on the pool when ``future``), or what reading it raised."""
-
-    run: _Run | None
-    future: Future | None
-    error: BaseException | None
-
-
-_POOL: ThreadPoolExecutor | None = None
-_POOL_LOCK = threading.Lock()
-
-
-def _decrypt_pool() -> ThreadPoolExecutor | None:
-    """The threads readers decrypt ahead on, one per CPU (at most 4); None on one CPU, where
-    decrypting ahead would only add hand-offs."""
-    global _POOL
-    cpus = min(4, os.cpu_count() or 1)
-    if cpus < 2:
-        return None
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = ThreadPoolExecutor(cpus, thread_name_prefix="orgmem-decrypt")
-        return _POOL
+        return pieces
 
 
 def _add_extent(extents: list[tuple[int, int]], start: int, end: int, gap: int) -> None:
