@@ -389,3 +389,21 @@ def test_the_biographies_bucket_cannot_be_created_or_deleted(gw):
         assert refused.value.response["Error"]["Code"] == "InvalidBucketName"
         assert "reserved" in refused.value.response["Error"]["Message"]
     s3.head_bucket(Bucket="biographies")
+
+
+def test_a_large_events_body_is_refused_before_it_is_read_when_unsigned(gw):
+    import http.client
+
+    conn = http.client.HTTPConnection(gw.endpoint.removeprefix("http://"), timeout=10)
+    conn.putrequest("POST", "/v1/events")
+    conn.putheader("Authorization", "Bearer AKNOBODY0000000000000:not-a-secret")
+    conn.putheader("Content-Length", str(8 * 1024 * 1024))
+    conn.endheaders()
+    try:
+        conn.send(b"x" * 65536)  # the rest is never needed: the answer comes first
+    except OSError:
+        pass
+    answer = conn.getresponse()
+    assert answer.status == 403
+    assert b"InvalidAccessKeyId" in answer.read()
+    conn.close()

@@ -166,14 +166,19 @@ class RestApp:
         started = time.perf_counter()
         outcome = Outcome(request_id=os.urandom(8).hex().upper(), client_ip=scope.get("client", ("", 0))[0],
                           headers=_headers(scope), raw_query=scope.get("query_string", b"").decode("latin-1"))
+        auth = None
         try:
             limit = self.router.body_limit(scope["method"], scope["path"])
+            loop = asyncio.get_running_loop()
+            if limit > MAX_BODY:
+                # a large body is taken only from a caller whose signature holds (the signed
+                # headers carry the body's hash), so strangers cannot pin megabytes each
+                auth = await loop.run_in_executor(self.executor, self._authenticate, scope, outcome)
             body, more = await receive_some(receive, limit + 1)
             if more or len(body) > limit:
                 raise ApiError("EntityTooLarge", f"Request bodies here are at most {limit} bytes.", 413)
             outcome.bytes_in = len(body)
-            loop = asyncio.get_running_loop()
-            reply = await loop.run_in_executor(self.executor, self._handle, scope, body, outcome)
+            reply = await loop.run_in_executor(self.executor, self._handle, scope, body, outcome, auth)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error
             reply = self._error(exc, outcome)
         payload = reply.payload()
@@ -186,10 +191,22 @@ class RestApp:
         if not outcome.recorded:
             self.recorder.record(outcome, time.perf_counter() - started)
 
-    def _handle(self, scope: dict, body: bytes, outcome: Outcome) -> Reply:
+    def _authenticate(self, scope: dict, outcome: Outcome):
+        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+        raw_query = scope.get("query_string", b"").decode("latin-1")
+        try:
+            auth = self.authenticator.authenticate(scope["method"], raw_path, raw_query,
+                                                   parse_query(raw_query), outcome.headers)
+        except Exception as exc:
+            outcome.principal = outcome.principal or getattr(exc, "principal", None)
+            raise
+        outcome.principal = auth.principal
+        return auth
+
+    def _handle(self, scope: dict, body: bytes, outcome: Outcome, auth=None) -> Reply:
         started = time.perf_counter()
         try:
-            reply = self._dispatch(scope, body, outcome)
+            reply = self._dispatch(scope, body, outcome, auth)
         except Exception as exc:  # noqa: BLE001
             outcome.principal = outcome.principal or getattr(exc, "principal", None)
             reply = self._error(exc, outcome)
@@ -199,11 +216,11 @@ class RestApp:
             self.recorder.record(outcome, time.perf_counter() - started, durable=True)
         return reply
 
-    def _dispatch(self, scope: dict, body: bytes, outcome: Outcome) -> Reply:
-        raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
+    def _dispatch(self, scope: dict, body: bytes, outcome: Outcome, auth=None) -> Reply:
         raw_query = scope.get("query_string", b"").decode("latin-1")
         pairs = parse_query(raw_query)
-        auth = self.authenticator.authenticate(scope["method"], raw_path, raw_query, pairs, outcome.headers)
+        if auth is None:
+            auth = self._authenticate(scope, outcome)
         _check_payload(auth.payload_hash, body)
         outcome.principal = auth.principal
         route, params = self.router.match(scope["method"], scope["path"])
