@@ -716,6 +716,19 @@ def audit_query(since: str | None, principal: str | None, denied: bool, as_json:
                    "(narrow --since, or raise --limit)", err=True)
 
 
+@audit.command("retain")
+@click.option("--days", type=click.IntRange(1, 36500), help="Keep audit records this many days.")
+@click.option("--forever", is_flag=True, help="Keep audit records forever (the default).")
+def audit_retain(days: int | None, forever: bool) -> None:
+    """Show or set how long audit records are kept (whole UTC days, applied at compaction)."""
+    if days is not None and forever:
+        raise click.UsageError("give --days or --forever, not both")
+    client = _client()
+    settings = client.set_audit_retention(days) if days is not None or forever else client.audit_retention()
+    kept = settings.get("days")
+    click.echo("audit records: kept forever." if kept is None else f"audit records: kept {kept} days.")
+
+
 @audit.command("tail")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new records (polls every second) "
               "until Ctrl-C; its own polls of the audit log are not shown.")

@@ -363,6 +363,13 @@ class AdminClient:
 
     # ------------------------------------------------------------------ audit
 
+    def audit_retention(self) -> JSON:
+        """``{"days": N or None}``: how long audit records are kept (None: forever)."""
+        return self._call("GET", "audit", "retention")
+
+    def set_audit_retention(self, days: int | None) -> JSON:
+        return self._call("PUT", "audit", "retention", payload={"days": days})
+
     def audit(self, *, since: str | None = None, principal: str | None = None, denied: bool = False,
               limit: int | None = None, after: str | None = None) -> JSON:
         """``{"records": [...], "cursor": str}``, oldest first; pass ``cursor`` back as ``after``

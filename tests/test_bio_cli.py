@@ -4,6 +4,7 @@ the command line run as a subprocess (tail, sessions, export, compact, retain, -
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import subprocess
@@ -343,3 +344,15 @@ def test_bad_input_is_a_clear_error(gw, story, tmp_path, args, words):
     for word in words:
         assert word in proc.stderr
     assert list(tmp_path.iterdir()) == []  # a failed export leaves no file, not even a partial one
+
+
+def test_audit_retention_from_the_admin_cli(gw):
+    env = {**os.environ, "ORGMEM_ENDPOINT": gw.endpoint, "ORGMEM_ACCESS_KEY": gw.access_key,
+           "ORGMEM_SECRET_KEY": gw.secret_key}
+    run = lambda *a: subprocess.run([str(ORGMEM), "admin", "audit", "retain", *a], env=env,  # noqa: E731
+                                    capture_output=True, text=True, timeout=60)
+    assert run().stdout.strip() == "audit records: kept forever."
+    assert run("--days", "90").stdout.strip() == "audit records: kept 90 days."
+    assert run().stdout.strip() == "audit records: kept 90 days."
+    assert run("--days", "0").returncode == 2
+    assert run("--forever").stdout.strip() == "audit records: kept forever."

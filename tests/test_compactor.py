@@ -160,3 +160,16 @@ def test_retention_retires_old_partitions(store):
     finally:
         log.close()
 
+
+
+def test_audit_retention_retires_old_audit_partitions(store):
+    from gateway.biography.service import RetentionPolicy
+    from gateway.segments.manifest import Segment
+
+    policy = RetentionPolicy(audit_days=30)
+    now = T0 / 1_000_000
+    old = Segment("audit", "date=2026-09-01", "a.parquet", 1, 1, 0, 0, now)
+    recent = Segment("audit", "date=2026-11-29", "b.parquet", 1, 1, 0, 0, now)
+    bio = Segment("bio", "agent=a/date=2026-09-01", "c.parquet", 1, 1, 0, 0, now)
+    assert [policy.expired(s, now) for s in (old, recent, bio)] == [True, False, False]
+    assert RetentionPolicy.from_dict(policy.to_dict()) == policy

@@ -24,6 +24,11 @@ MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
 
 
+class AuditRetentionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    days: int | None = Field(default=None, ge=1, le=36500)
+
+
 class RetentionBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
     days: int | None = Field(default=None, ge=1, le=36500)
@@ -43,6 +48,11 @@ def add_routes(r: Router, bios: Biographies) -> None:
           api.get_retention)
     r.add("PUT", "/v1/bio/retention", "PutRetention", "bio:PutRetention", api.retention_arn,
           api.put_retention)
+    audit_arn = "arn:orgmem:admin:::audit"
+    r.add("GET", "/admin/v1/audit/retention", "GetAuditRetention", "admin:ReadAudit",
+          lambda c: audit_arn, api.get_audit_retention)
+    r.add("PUT", "/admin/v1/audit/retention", "SetAuditRetention", "admin:SetAuditRetention",
+          lambda c: audit_arn, api.put_audit_retention)
 
 
 class BioApi:
@@ -117,12 +127,23 @@ class BioApi:
     def get_retention(self, call: Call) -> Reply:
         return Reply(200, self.bios.retention().to_dict())
 
+    def get_audit_retention(self, call: Call) -> Reply:
+        return Reply(200, _audit_days(self.bios.retention()))
+
+    def put_audit_retention(self, call: Call) -> Reply:
+        body = call.model(AuditRetentionBody)
+        return Reply(200, _audit_days(self.bios.set_audit_retention(body.days)))
+
     def put_retention(self, call: Call) -> Reply:
         body = call.model(RetentionBody)
         if body.reset and (body.agent is None or body.days is not None):
             raise ApiError("InvalidArgument",
                            "reset drops one agent's own setting: give agent, without days.")
         return Reply(200, self.bios.set_retention(body.agent, body.days, body.reset).to_dict())
+
+
+def _audit_days(policy) -> dict:
+    return {"days": policy.audit_days}
 
 
 def _checked_agent(agent: str) -> str:

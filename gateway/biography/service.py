@@ -37,25 +37,35 @@ INGEST_SLICE = 50_000
 
 @dataclass
 class RetentionPolicy:
-    """Days a biography partition is kept; None keeps it forever."""
+    """Days a partition is kept, by its UTC date; None keeps it forever. Biographies have a
+    default and per-agent days; audit records their own days."""
 
     default_days: int | None = None
     agents: dict[str, int | None] = field(default_factory=dict)
+    audit_days: int | None = None
 
     def days_for(self, agent: str) -> int | None:
         return self.agents.get(agent, self.default_days)
 
     def expired(self, segment: Segment, now: float) -> bool:
-        if segment.stream != "bio":
+        if segment.stream == "bio":
+            days = self.days_for(segment.value("agent") or "")
+        elif segment.stream == "audit":
+            days = self.audit_days
+        else:
             return False
-        days = self.days_for(segment.value("agent") or "")
         if days is None:
             return False
         cutoff = date_of(int((now - days * _DAY) * 1_000_000))
         return (segment.value("date") or "") < cutoff
 
     def to_dict(self) -> dict:
-        return {"default_days": self.default_days, "agents": dict(sorted(self.agents.items()))}
+        return {"default_days": self.default_days, "agents": dict(sorted(self.agents.items())),
+                "audit_days": self.audit_days}
+
+    @classmethod
+    def from_dict(cls, doc: dict) -> RetentionPolicy:
+        return cls(doc.get("default_days"), doc.get("agents", {}), doc.get("audit_days"))
 
 
 class Biographies:
@@ -150,16 +160,31 @@ class Biographies:
     def set_retention(self, agent: str | None, days: int | None, reset: bool = False) -> RetentionPolicy:
         """Set the default (agent None) or one agent's retention; days None keeps forever.
         ``reset`` drops an agent's own setting, so the default applies to it again."""
+
+        def change(policy: RetentionPolicy) -> None:
+            if agent is None:
+                policy.default_days = days
+            elif reset:
+                policy.agents.pop(agent, None)
+            else:
+                policy.agents[agent] = days
+
+        return self._change_retention(change)
+
+    def set_audit_retention(self, days: int | None) -> RetentionPolicy:
+        """How many days audit records are kept (None: forever)."""
+
+        def change(policy: RetentionPolicy) -> None:
+            policy.audit_days = days
+
+        return self._change_retention(change)
+
+    def _change_retention(self, change) -> RetentionPolicy:
         for _ in range(10):
             with self._retention_lock:
                 self._load_retention()
-                policy = RetentionPolicy(self._retention.default_days, dict(self._retention.agents))
-                if agent is None:
-                    policy.default_days = days
-                elif reset:
-                    policy.agents.pop(agent, None)
-                else:
-                    policy.agents[agent] = days
+                policy = RetentionPolicy.from_dict(self._retention.to_dict())
+                change(policy)
                 try:
                     info = write_object(self.store, INTERNAL_BUCKET, RETENTION,
                                         orjson.dumps(policy.to_dict()), "application/json",
@@ -176,8 +201,7 @@ class Biographies:
         if found is None:
             self._retention, self._retention_etag = RetentionPolicy(), None
         else:
-            doc = orjson.loads(found[0])
-            self._retention = RetentionPolicy(doc.get("default_days"), doc.get("agents", {}))
+            self._retention = RetentionPolicy.from_dict(orjson.loads(found[0]))
             self._retention_etag = found[1].etag
         self._retention_read = time.monotonic()
 

@@ -147,6 +147,7 @@ SERVICES: dict[str, Service] = {
             "DetachPolicy": "Detach a policy from an agent or team.",
             "SimulatePolicy": "Ask whether a principal may perform an action, and why.",
             "ReadAudit": "Read the audit log.",
+            "SetAuditRetention": "Set how many days audit records are kept.",
             "GetMetrics": "Read the gateway's metrics.",
             "ManageKeys": "Rotate the key-encryption keys that seal stored data.",
         }),
