@@ -19,8 +19,9 @@ from . import layout
 from .layout import Positions
 from .records import Record, decode
 
-#: Decoded records kept in memory across all cached objects.
-CACHE_RECORDS = 400_000
+#: Decoded records kept in memory across all cached objects (about 1 KB each as dicts):
+#: enough for the uncompacted tail between compactions.
+CACHE_RECORDS = 50_000
 _PAGE = 1000
 #: Log objects fetched at once when catching up (an upstream S3 answers each in milliseconds).
 FETCH_PARALLEL = 16
