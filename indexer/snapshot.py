@@ -1,0 +1,293 @@
+"""Index snapshots in an object store: publish, restore, collect.
+
+Layout under ``prefix`` (see ``indexer/DESIGN.md``)::
+
+    <prefix>/files/<segment file name>        Tantivy segment files, immutable, shared by snapshots
+    <prefix>/manifests/<seq, 12 digits>.json  one per snapshot; the highest is the latest
+
+Files first, manifest last: a manifest only ever names files already stored, and it
+is created with ``if_none_match`` on the next sequence number, so of two publishers
+racing for the same number exactly one wins (:class:`SnapshotConflict` for the other).
+Encryption is the store's business: the gateway passes a sealed store.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+from .schema import SCHEMA_VERSION
+
+FORMAT = 1
+_SEQ_DIGITS = 12
+_MANIFEST_RE = re.compile(rf"(\d{{{_SEQ_DIGITS}}})\.json$")
+#: Tantivy files that are not part of any segment and are not carried (meta.json is
+#: carried inside the manifest; lock files and the managed-files list are local state).
+_LOCAL_ONLY = {"meta.json", ".managed.json", ".tantivy-meta.lock", ".tantivy-writer.lock"}
+
+
+class PreconditionFailed(Exception):
+    """A conditional :meth:`BlobStore.put` whose condition did not hold."""
+
+
+class SnapshotConflict(Exception):
+    """Another publisher wrote this snapshot number first (this writer has lost its lease)."""
+
+
+class SnapshotError(Exception):
+    """No usable snapshot: files missing or corrupt, or another format or schema version."""
+
+
+class BlobStore(Protocol):
+    """Whole-object access to a store; keys are plain strings (the adapter adds a bucket).
+
+    ``put`` with ``if_none_match=True`` creates only when absent; with ``if_match`` it
+    replaces only that version (etag); a failed condition raises :class:`PreconditionFailed`.
+    ``delete`` of an absent key is not an error. ``list`` returns every key under a prefix.
+    """
+
+    def get(self, key: str) -> bytes | None: ...
+
+    def put(self, key: str, data: bytes, if_match: str | None = None, if_none_match: bool = False) -> str: ...
+
+    def list(self, prefix: str) -> list[str]: ...
+
+    def delete(self, key: str) -> None: ...
+
+
+class MemoryBlobStore:
+    """A :class:`BlobStore` in a dict, for tests and tools."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+
+    def get(self, key: str) -> bytes | None:
+        return self.objects.get(key)
+
+    def put(self, key: str, data: bytes, if_match: str | None = None, if_none_match: bool = False) -> str:
+        current = self.objects.get(key)
+        if if_none_match and current is not None:
+            raise PreconditionFailed(key)
+        if if_match is not None and (current is None or hashlib.md5(current).hexdigest() != if_match):
+            raise PreconditionFailed(key)
+        self.objects[key] = bytes(data)
+        return hashlib.md5(data).hexdigest()
+
+    def list(self, prefix: str) -> list[str]:
+        return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def delete(self, key: str) -> None:
+        self.objects.pop(key, None)
+
+
+def _join(prefix: str, *parts: str) -> str:
+    return "/".join([prefix.rstrip("/"), *parts]) if prefix else "/".join(parts)
+
+
+def _manifest_keys(store: BlobStore, prefix: str) -> list[tuple[int, str]]:
+    """``(seq, key)`` of every manifest, oldest first."""
+    out = []
+    for key in store.list(_join(prefix, "manifests", "")):
+        m = _MANIFEST_RE.search(key)
+        if m:
+            out.append((int(m.group(1)), key))
+    return sorted(out)
+
+
+def _load(store: BlobStore, key: str) -> dict | None:
+    data = store.get(key)
+    if data is None:
+        return None
+    try:
+        manifest = json.loads(data)
+    except ValueError as e:
+        raise SnapshotError(f"{key}: not a manifest ({e})") from e
+    return manifest if isinstance(manifest, dict) else None
+
+
+def latest(store: BlobStore, prefix: str) -> dict | None:
+    """The newest manifest (with ``seq``, ``checkpoint``, ``created``), or None when there is none."""
+    for _, key in reversed(_manifest_keys(store, prefix)):
+        manifest = _load(store, key)
+        if manifest is not None:
+            return manifest
+    return None
+
+
+# -- publish ----------------------------------------------------------------------------
+
+
+def _segment_files(index_dir: Path, meta: dict) -> list[str]:
+    """The files of the segments ``meta`` names: ``<id>.<ext>`` plus the delete file of its opstamp."""
+    names = sorted(os.listdir(index_dir))
+    wanted = []
+    for segment in meta.get("segments", []):
+        sid = segment["segment_id"].replace("-", "")
+        deletes = segment.get("deletes")
+        del_name = f"{sid}.{deletes['opstamp']}.del" if deletes else None
+        for name in names:
+            if not name.startswith(sid + "."):
+                continue
+            if name.endswith(".del") and name != del_name:
+                continue  # an older delete bitset of this segment
+            wanted.append(name)
+    return wanted
+
+
+def _sha256_file(path: Path) -> tuple[bytes, str]:
+    data = path.read_bytes()
+    return data, hashlib.sha256(data).hexdigest()
+
+
+def _upload(store: BlobStore, prefix: str, name: str, data: bytes, sha: str) -> str:
+    """Store a new segment file; returns its key. A same-named object with other bytes
+    (only possible when two writers diverged from one snapshot) gets a hash-suffixed key."""
+    key = _join(prefix, "files", name)
+    try:
+        store.put(key, data, if_none_match=True)
+        return key
+    except PreconditionFailed:
+        existing = store.get(key)
+        if existing is not None and hashlib.sha256(existing).hexdigest() == sha:
+            return key  # an earlier, unfinished publish stored it already
+    key = _join(prefix, "files", f"{name}.{sha[:16]}")
+    try:
+        store.put(key, data, if_none_match=True)
+    except PreconditionFailed:
+        pass  # same name and same hash prefix: the same bytes
+    return key
+
+
+def publish(store: BlobStore, prefix: str, index_dir: str | os.PathLike, checkpoint: dict[str, Any],
+            attempts: int = 5) -> dict:
+    """Publish the last commit of the index in ``index_dir`` as the next snapshot; returns its manifest.
+
+    Call it from the writing process between commits. Files unchanged since the
+    latest snapshot (same name and size) are not uploaded again. ``checkpoint`` is
+    what the caller needs to resume (e.g. the log position this commit covers).
+    Raises :class:`SnapshotConflict` when another publisher took the next number.
+    """
+    index_dir = Path(index_dir)
+    previous = latest(store, prefix)
+    prev_seq = int(previous["seq"]) if previous else 0
+    known = {}
+    if previous and previous.get("schema") == SCHEMA_VERSION:
+        known = {(f["name"], f["size"]): f for f in previous.get("files", [])}
+    for _ in range(attempts):
+        # a background merge may retire segments while we read: start over from the new meta.json
+        try:
+            meta_text = (index_dir / "meta.json").read_text()
+            meta = json.loads(meta_text)
+            entries = []
+            for name in _segment_files(index_dir, meta):
+                size = (index_dir / name).stat().st_size
+                reuse = known.get((name, size))
+                if reuse is not None:
+                    entries.append(dict(reuse))
+                    continue
+                data, sha = _sha256_file(index_dir / name)
+                entries.append({"name": name, "key": _upload(store, prefix, name, data, sha),
+                                "size": len(data), "sha256": sha})
+            break
+        except FileNotFoundError:
+            continue
+    else:
+        raise SnapshotError(f"{index_dir}: segments kept changing while publishing; try again")
+    seq = prev_seq + 1
+    manifest = {"format": FORMAT, "schema": SCHEMA_VERSION, "seq": seq, "files": entries,
+                "meta": meta, "checkpoint": checkpoint, "created": time.time(),
+                "docs": sum(s.get("max_doc", 0) - ((s.get("deletes") or {}).get("num_deleted_docs", 0))
+                            for s in meta.get("segments", []))}
+    body = json.dumps(manifest, sort_keys=True, separators=(",", ":")).encode()
+    try:
+        store.put(_join(prefix, "manifests", f"{seq:0{_SEQ_DIGITS}d}.json"), body, if_none_match=True)
+    except PreconditionFailed as e:
+        raise SnapshotConflict(f"snapshot {seq} under {prefix!r} was published by another writer") from e
+    return manifest
+
+
+# -- restore ----------------------------------------------------------------------------
+
+
+def _restore_one(store: BlobStore, manifest: dict, into: Path) -> None:
+    if manifest.get("format") != FORMAT:
+        raise SnapshotError(f"snapshot format {manifest.get('format')!r}; this version reads {FORMAT}")
+    if manifest.get("schema") != SCHEMA_VERSION:
+        raise SnapshotError(f"snapshot schema {manifest.get('schema')!r}; this version uses {SCHEMA_VERSION}")
+    for entry in manifest["files"]:
+        name = entry["name"]
+        if "/" in name or name.startswith(".") or name in _LOCAL_ONLY:
+            raise SnapshotError(f"snapshot names an unexpected file {name!r}")
+        data = store.get(entry["key"])
+        if data is None:
+            raise SnapshotError(f"snapshot file {entry['key']} is missing")
+        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise SnapshotError(f"snapshot file {entry['key']} does not match its manifest")
+        (into / name).write_bytes(data)
+    # meta.json last: until it exists the directory is not an index
+    (into / "meta.json").write_text(json.dumps(manifest["meta"], indent=2))
+
+
+def restore(store: BlobStore, prefix: str, into_dir: str | os.PathLike) -> dict | None:
+    """Rebuild the latest snapshot's index in ``into_dir`` (absent or empty); returns its checkpoint.
+
+    Returns None when there is no snapshot. If the newest cannot be restored (a file
+    missing or corrupt) the next older one is tried; :class:`SnapshotError` when none can.
+    """
+    into = Path(into_dir)
+    if into.exists() and any(into.iterdir()):
+        raise ValueError(f"{into}: not empty; restore into a new directory")
+    keys = _manifest_keys(store, prefix)
+    if not keys:
+        return None
+    errors = []
+    for _, key in reversed(keys):
+        manifest = _load(store, key)
+        if manifest is None:
+            continue
+        into.mkdir(parents=True, exist_ok=True)
+        try:
+            _restore_one(store, manifest, into)
+            return manifest.get("checkpoint") or {}
+        except (SnapshotError, KeyError, TypeError) as e:
+            errors.append(f"{key}: {e}")
+            shutil.rmtree(into)
+    raise SnapshotError("no snapshot could be restored: " + "; ".join(errors))
+
+
+# -- garbage collection -------------------------------------------------------------------
+
+
+def collect(store: BlobStore, prefix: str, keep: int = 2) -> list[str]:
+    """Delete all but the newest ``keep`` manifests, then every file no kept manifest names.
+
+    Returns the deleted keys. Run it from the publishing process, between publishes:
+    a file being uploaded for a manifest not yet written is not named by any manifest.
+    """
+    if keep < 1:
+        raise ValueError("keep: at least 1")
+    keys = _manifest_keys(store, prefix)
+    kept, old = keys[-keep:], keys[:-keep]
+    named: set[str] = set()
+    for _, key in kept:
+        manifest = _load(store, key)
+        if manifest is None:
+            return []  # a kept manifest vanished under us: another collector runs; delete nothing
+        named.update(f["key"] for f in manifest.get("files", []))
+    deleted = []
+    for _, key in old:  # manifests first: no manifest ever names a deleted file
+        store.delete(key)
+        deleted.append(key)
+    for key in store.list(_join(prefix, "files", "")):
+        if key not in named:
+            store.delete(key)
+            deleted.append(key)
+    return deleted
+
+

@@ -1,0 +1,97 @@
+"""Writing the index: upserts and deletes by source reference, committed in batches.
+
+Tantivy allows one writer per index directory (a lock file enforces it); an
+:class:`IndexWriter` owns it until :meth:`IndexWriter.close`. Nothing written is
+visible before :meth:`IndexWriter.commit`, which also reloads the index so a
+searcher created afterwards sees the commit.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterable
+
+from .documents import Entry
+from .schema import open_index
+
+DEFAULT_HEAP = 128 * 1024 * 1024
+
+
+class IndexWriter:
+    """The one writer of the index in ``path`` (created when absent)."""
+
+    def __init__(self, path: str | os.PathLike, heap_size: int = DEFAULT_HEAP, num_threads: int = 0) -> None:
+        self.path = os.fspath(path)
+        self.index = open_index(self.path, create=True)
+        self._writer = self.index.writer(heap_size=heap_size, num_threads=num_threads)
+        self._lock = threading.Lock()
+        self._pending = 0
+
+    def upsert(self, entries: Entry | Iterable[Entry]) -> int:
+        """Replace (or add) each entry by its source reference; visible after :meth:`commit`.
+
+        The delete and the add share one commit, and Tantivy applies a delete only to
+        documents added before it, so the entry ends up exactly once however often
+        it is upserted.
+        """
+        if isinstance(entries, Entry):
+            entries = [entries]
+        n = 0
+        with self._lock:
+            for entry in entries:
+                self._writer.delete_documents_by_term("uid", entry.source)
+                self._writer.add_document(entry.to_document())
+                n += 1
+            self._pending += n
+        return n
+
+    def delete(self, sources: str | Iterable[str]) -> int:
+        """Remove the entries with these source references; visible after :meth:`commit`."""
+        if isinstance(sources, str):
+            sources = [sources]
+        n = 0
+        with self._lock:
+            for source in sources:
+                self._writer.delete_documents_by_term("uid", source)
+                n += 1
+            self._pending += n
+        return n
+
+    def delete_all(self) -> None:
+        """Drop every entry (a rebuild starts with this); visible after :meth:`commit`."""
+        with self._lock:
+            self._writer.delete_all_documents()
+            self._pending += 1
+
+    @property
+    def pending(self) -> int:
+        """Upserts and deletes not yet committed."""
+        return self._pending
+
+    def commit(self) -> int:
+        """Make every change so far durable and searchable; returns Tantivy's opstamp."""
+        with self._lock:
+            opstamp = self._writer.commit()
+            self._pending = 0
+        self.index.reload()
+        return opstamp
+
+    def rollback(self) -> None:
+        """Forget the changes since the last commit."""
+        with self._lock:
+            self._writer.rollback()
+            self._pending = 0
+
+    def close(self) -> None:
+        """Let background merges finish and release the directory's writer lock."""
+        with self._lock:
+            if self._writer is not None:
+                self._writer.wait_merging_threads()
+                self._writer = None
+
+    def __enter__(self) -> IndexWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

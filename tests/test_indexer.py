@@ -1,0 +1,344 @@
+"""The indexer library: schema, upserts, access-controlled search, snapshots.
+
+The library never imports ``gateway``; the adapter at the bottom proves its
+BlobStore protocol works over the gateway's real local store.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from gateway.store.base import NoSuchKey
+from gateway.store.base import PreconditionFailed as StorePreconditionFailed
+from gateway.store.local import LocalStore
+from gateway.store.objects import read_object, swap_condition, write_object
+from indexer import (
+    MAX_QUERY_CHARS,
+    IndexSearcher,
+    IndexWriter,
+    MemoryBlobStore,
+    PreconditionFailed,
+    QueryError,
+    SnapshotConflict,
+    collect,
+    event_entry,
+    file_entry,
+    is_indexable,
+    latest,
+    memory_entry,
+    publish,
+    restore,
+    skill_entry,
+    skip_reason,
+)
+from indexer.snapshot import _join
+
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC).timestamp()
+DAY = 86400
+ALL = ["org", "agent:a", "owner:a", "agent:b", "owner:b", "bucket:ws", "team:core"]
+
+
+def corpus():
+    return [
+        event_entry("a", "ev-1", kind="note", session="s1", time=T0,
+                    content="The nightly build runs the migration against staging"),
+        event_entry("a", "ev-2", kind="question", session="s1", time=T0 + DAY,
+                    content="Why does the canary flap after midnight?"),
+        event_entry("b", "ev-9", kind="note", session="s9", time=T0 + 2 * DAY,
+                    content="Private: the rollout password rotates weekly"),
+        memory_entry("org", "deploy-day-old", kind="decision", title="Deploy day",
+                     body="Production deploys happen on Fridays.", time=T0, status="superseded",
+                     tags=["deploy"]),
+        memory_entry("org", "deploy-day", kind="decision", title="Deploy day",
+                     body="Production deploys happen on Thursdays, never on Fridays.", time=T0 + DAY,
+                     tags=["deploy"]),
+        memory_entry("team:core", "lint", kind="preference", title="Linting",
+                     body="Prefer ruff over flake8 for linting.", time=T0 + 3 * DAY),
+        skill_entry("org", "release", description="Cut a release", time=T0,
+                    body="1. Tag the commit. 2. The pipeline publishes wheels."),
+        file_entry("ws", "notes/incident.md", b"# Incident\nThe gateway crashed; the watchdog restarted it.",
+                   time=T0 + 4 * DAY, content_type="text/markdown"),
+    ]
+
+
+@pytest.fixture
+def index(tmp_path):
+    writer = IndexWriter(tmp_path / "idx", heap_size=20_000_000, num_threads=1)
+    writer.upsert(corpus())
+    writer.commit()
+    yield writer
+    writer.close()
+
+
+def ids(result):
+    return [h.id for h in result.hits]
+
+
+def test_each_type_found_by_a_body_word_with_stemming(index):
+    s = IndexSearcher(index.index)
+    cases = {"event": ("running", "ev-1"), "memory": ("lints", "lint"), "skill": ("publishing", "release"),
+             "file": ("restarting", "notes/incident.md")}
+    for type_, (word, expected) in cases.items():
+        result = s.search(word, {"type": type_}, ALL)
+        assert ids(result) == [expected], (type_, word, result)
+        hit = result.hits[0]
+        assert hit.type == type_ and hit.score > 0 and hit.time and hit.title
+        assert "<b>" in hit.snippet_html and hit.highlights
+        start, end = hit.highlights[0]
+        assert hit.snippet[start:end].lower().startswith(word[:3])
+    sources = {h.source for h in s.search("", None, ALL, limit=20).hits}
+    assert {"bio:b/ev-9", "memory:teams/core/lint", "skill:org/release", "s3://ws/notes/incident.md"} <= sources
+
+
+def test_upsert_twice_is_one_hit_and_delete_removes(index):
+    s = IndexSearcher(index.index)
+    entry = corpus()[0]
+    index.upsert([entry, entry])
+    index.commit()
+    index.upsert(entry)
+    index.commit()
+    assert s.search("migration", None, ALL).count == 1
+    entry.body = "The nightly build now skips migration"
+    index.upsert(entry)
+    index.commit()
+    result = s.search("migration", None, ALL)
+    assert result.count == 1 and "skips" in result.hits[0].snippet
+    index.delete("bio:a/ev-1")
+    index.commit()
+    assert s.search("migration", None, ALL).count == 0
+    assert s.search("", None, ALL, limit=100).count == len(corpus()) - 1
+
+
+def test_access_tokens_bound_hits_and_counts(index):
+    s = IndexSearcher(index.index)
+    b_only = ["org", "agent:b", "owner:b"]
+    assert s.search("rotates password", None, b_only).count == 1
+    for query in ["canary", "migration", "nightly OR canary", "", "*", "agent:a", "session:s1", "NOT fridays"]:
+        result = s.search(query, None, b_only, limit=100)
+        assert all(h.agent != "a" for h in result.hits), query
+        assert result.count == len(result.hits), query
+    assert s.search("", {"agent": "a"}, b_only).count == 0
+    assert s.search("linting", None, b_only).count == 0  # team:core only
+    assert s.search("linting", None, ["team:core"]).count == 1
+    assert s.search("", None, []).count == 0  # no tokens, nothing
+    assert s.search("access:agent:a migration", None, b_only).count == 0
+
+
+def test_superseded_ranks_below_replacement_and_is_marked(index):
+    s = IndexSearcher(index.index)
+    result = s.search("deploy fridays", {"type": "memory"}, ALL)
+    assert ids(result) == ["deploy-day", "deploy-day-old"]
+    assert [h.superseded for h in result.hits] == [False, True]
+    assert result.hits[1].status == "superseded"
+    assert result.hits[0].score > result.hits[1].score
+
+
+def test_filters_and_time_ranges(index):
+    s = IndexSearcher(index.index)
+    assert ids(s.search("", {"session": "s1"}, ALL)) == ["ev-2", "ev-1"]  # newest first without words
+    assert ids(s.search("", {"kind": ["preference", "question"]}, ALL)) == ["lint", "ev-2"]
+    assert set(ids(s.search("", {"scope": "org", "type": "memory"}, ALL))) == {"deploy-day", "deploy-day-old"}
+    assert ids(s.search("deploy", {"status": "active", "type": "memory"}, ALL)) == ["deploy-day"]
+    assert ids(s.search("", {"tags": "deploy", "status": "superseded"}, ALL)) == ["deploy-day-old"]
+    since, until = T0 + DAY, T0 + 3 * DAY
+    assert set(ids(s.search("", {"since": since, "until": until}, ALL))) == {"ev-2", "deploy-day", "ev-9"}
+    assert ids(s.search("", {"since": "2024-05-04T12:00:00Z"}, ALL)) == ["notes/incident.md", "lint"]
+    assert ids(s.search("", {"until": "2024-05-01T12:00:01+00:00", "type": "event"}, ALL)) == ["ev-1"]
+    # time ranges in the query text, bare dates included
+    assert set(ids(s.search("time:[2024-05-04 TO 2024-05-06]", None, ALL))) == {"lint", "notes/incident.md"}
+    assert ids(s.search("type:event time:>2024-05-02T13:00:00Z", None, ALL)) == ["ev-9"]
+    assert ids(s.search("kind:question", None, ALL)) == ["ev-2"]
+    # +/-, phrases
+    assert ids(s.search('deploys -thursdays', {"type": "memory"}, ALL)) == ["deploy-day-old"]
+    assert ids(s.search('deploys AND NOT thursdays', {"type": "memory"}, ALL)) == ["deploy-day-old"]
+    assert ids(s.search('"never on fridays"', None, ALL)) == ["deploy-day"]
+    assert ids(s.search("+canary +midnight", None, ALL)) == ["ev-2"]
+    # paging: count is for all pages
+    page = s.search("", None, ALL, limit=3, offset=3)
+    assert page.count == len(corpus()) and len(page.hits) == 3
+    with pytest.raises(QueryError):
+        s.search("", {"type": "nope"}, ALL)
+    with pytest.raises(QueryError):
+        s.search("", {"colour": "red"}, ALL)
+    with pytest.raises(QueryError):
+        s.search("", {"since": "yesterday"}, ALL)
+    with pytest.raises(QueryError):
+        s.search("", None, ALL, limit=100_000)
+
+
+HOSTILE = ['"unbalanced quote', "a" * 10_000, " ".join(["word"] * 2000)[:MAX_QUERY_CHARS], "nosuchfield:x",
+           "*", "NOT", "NOT fridays", "AND", "OR OR", "(((", ")))", "time:[2024 TO", "time:[x TO y]", "time:>",
+           "time:{2024-01-01 TO", "body:*", "type:*", "/regex/", "http://x.y/z", "title:", ":", "run^", "run~9",
+           "+", "-", "\\", "\x00", "😀", '"' * 301, "run" + "(" * 500, "[", "{", "weight:[0 TO 1]", "IN [a b]"]
+
+
+def test_hostile_queries_raise_only_query_error(index):
+    s = IndexSearcher(index.index)
+    for query in HOSTILE:
+        try:
+            result = s.search(query, None, ["agent:b"], limit=50)
+        except QueryError as e:
+            assert str(e), query
+            continue
+        # whatever the text, nothing outside the caller's tokens
+        assert all(h.agent == "b" for h in result.hits), query
+        assert result.count == len(result.hits), query
+    with pytest.raises(QueryError, match="characters"):
+        s.search("a" * 10_000, None, ALL)
+
+
+def test_indexability():
+    assert is_indexable("src/app.py", "text/x-python", 100, b"print('hi')\n")
+    assert is_indexable("README", None, 10, b"hello")
+    assert is_indexable("data.json", "application/json", 10, b'{"a": 1}')
+    assert is_indexable("notes.md", "binary/octet-stream", 5, "héllo".encode())  # sniffed as text
+    assert is_indexable("x", "application/octet-stream", 4, b"text")
+    assert skip_reason("big.txt", "text/plain", 5 * 1024 * 1024, b"x") == "too-large"
+    assert skip_reason("big.txt", "text/plain", 2000, b"x", max_bytes=1000) == "too-large"
+    assert skip_reason("a.png", "image/png", 10, b"\x89PNG") == "binary-type"
+    assert skip_reason("a.bin", "application/octet-stream", 10, b"ab\x00cd") == "binary-content"
+    assert skip_reason("a.txt", "text/plain", 10, b"ab\x00cd") == "binary-content"
+    assert skip_reason("a.dat", "application/octet-stream", 10, b"\xff\xfe\xfa junk") == "binary-content"
+    assert skip_reason("a.weird", "application/x-weird", 10, b"text") == "not-text"
+    # a multi-byte character cut at the end of the sniffed head is still text
+    assert is_indexable("a.txt", None, 9000, ("é" * 5000).encode()[:8191])
+    assert file_entry("ws", "a.png", b"\x89PNG\x00", time=T0, content_type="image/png") is None
+    assert file_entry("ws", "a.md", b"# hi", time=T0).access == ["bucket:ws"]
+
+
+# -- snapshots ----------------------------------------------------------------------------
+
+
+class GatewayBlobs:
+    """The indexer's BlobStore over the gateway's ObjectStore (what gateway wiring will do)."""
+
+    def __init__(self, store, bucket):
+        self.store, self.bucket = store, bucket
+
+    def get(self, key):
+        found = read_object(self.store, self.bucket, key)
+        return found[0] if found else None
+
+    def put(self, key, data, if_match=None, if_none_match=False):
+        condition = None
+        if if_match or if_none_match:
+            condition = swap_condition(if_match if if_match else None)
+        try:
+            return write_object(self.store, self.bucket, key, data, condition=condition).etag
+        except StorePreconditionFailed as e:
+            raise PreconditionFailed(key) from e
+
+    def list(self, prefix):
+        keys, after = [], ""
+        while True:
+            page = self.store.list_objects(self.bucket, prefix=prefix, after=after, limit=1000)
+            keys += [e.key for e in page.entries]
+            if not page.is_truncated:
+                return keys
+            after = page.next_marker
+
+    def delete(self, key):
+        try:
+            self.store.delete_object(self.bucket, key)
+        except NoSuchKey:
+            pass
+
+
+@pytest.fixture(params=["memory", "local"])
+def blobs(request, tmp_path):
+    if request.param == "memory":
+        yield MemoryBlobStore()
+        return
+    store = LocalStore(tmp_path / "store")
+    store.create_bucket("snapshots")
+    yield GatewayBlobs(store, "snapshots")
+    store.close()
+
+
+def results(searcher):
+    out = []
+    for query in ["deploy", "running", "", "canary OR linting", "restarting"]:
+        r = searcher.search(query, None, ALL, limit=50)
+        out.append((r.count, [(h.id, round(h.score, 4), h.snippet) for h in r.hits]))
+    return out
+
+
+def test_publish_restore_same_results_and_checkpoint(index, blobs, tmp_path):
+    assert restore(blobs, "index", tmp_path / "none") is None
+    manifest = publish(blobs, "index", index.path, {"log": "000042", "offset": 7})
+    assert manifest["seq"] == 1 and manifest["files"] and manifest["format"] == 1
+    assert latest(blobs, "index")["checkpoint"] == {"log": "000042", "offset": 7}
+    checkpoint = restore(blobs, "index", tmp_path / "copy")
+    assert checkpoint == {"log": "000042", "offset": 7}
+    copy = IndexSearcher(tmp_path / "copy")
+    assert results(copy) == results(IndexSearcher(index.index))
+    # a second snapshot reuses unchanged segment files and uploads only the new ones
+    before = set(blobs.list("index/files/"))
+    index.upsert(event_entry("a", "ev-3", kind="note", content="fresh words", time=T0, session="s1"))
+    index.commit()
+    second = publish(blobs, "index", index.path, {"log": "000043"})
+    assert second["seq"] == 2
+    reused = {f["key"] for f in second["files"]} & {f["key"] for f in manifest["files"]}
+    assert reused and before <= set(blobs.list("index/files/"))
+    assert restore(blobs, "index", tmp_path / "copy2") == {"log": "000043"}
+    assert IndexSearcher(tmp_path / "copy2").search("fresh", None, ALL).count == 1
+    # a restored copy can take over writing
+    writer = IndexWriter(tmp_path / "copy2", heap_size=20_000_000, num_threads=1)
+    writer.upsert(event_entry("a", "ev-4", kind="note", content="after restore", time=T0))
+    writer.commit()
+    assert IndexSearcher(writer.index).search("restore", None, ALL).count == 1
+    writer.close()
+
+
+def test_manifest_is_compare_and_swap(index, blobs):
+    publish(blobs, "index", index.path, {"n": 1})
+    blobs.put(_join("index", "manifests", f"{2:012d}.json"), b'{"format": 1, "seq": 2}', if_none_match=True)
+    index.upsert(event_entry("a", "ev-5", kind="note", content="x", time=T0))
+    index.commit()
+    # the racing publisher's manifest 2 exists; ours is 3 now, so simulate a lost race directly
+    with pytest.raises(PreconditionFailed):
+        blobs.put(_join("index", "manifests", f"{2:012d}.json"), b"{}", if_none_match=True)
+    assert publish(blobs, "index", index.path, {"n": 3})["seq"] == 3
+
+
+def test_publish_conflict_when_number_taken(index, monkeypatch):
+    blobs = MemoryBlobStore()
+    publish(blobs, "p", index.path, {})
+    import indexer.snapshot as snap
+    monkeypatch.setattr(snap, "latest", lambda store, prefix: None)  # a publisher with a stale view
+    with pytest.raises(SnapshotConflict):
+        publish(blobs, "p", index.path, {})
+
+
+def test_restore_falls_back_when_newest_is_broken(index, blobs, tmp_path):
+    first = publish(blobs, "index", index.path, {"n": 1})
+    index.upsert(event_entry("a", "ev-6", kind="note", content="newer", time=T0))
+    index.commit()
+    second = publish(blobs, "index", index.path, {"n": 2})
+    only_new = sorted({f["key"] for f in second["files"]} - {f["key"] for f in first["files"]})
+    assert only_new
+    blobs.delete(only_new[0])
+    assert restore(blobs, "index", tmp_path / "r") == {"n": 1}
+    assert IndexSearcher(tmp_path / "r").search("newer", None, ALL).count == 0
+
+
+def test_collect_keeps_last_n(index, blobs, tmp_path):
+    for n in range(1, 5):
+        index.upsert(event_entry("a", f"gc-{n}", kind="note", content=f"round {n}", time=T0))
+        index.commit()
+        publish(blobs, "index", index.path, {"n": n})
+    blobs.put("index/files/orphan", b"left by a failed publish")
+    deleted = collect(blobs, "index", keep=2)
+    assert "index/files/orphan" in deleted
+    manifests = blobs.list("index/manifests/")
+    assert [m.rsplit("/", 1)[1] for m in manifests] == [f"{3:012d}.json", f"{4:012d}.json"]
+    named = set()
+    for key in manifests:
+        named |= {f["key"] for f in json.loads(blobs.get(key))["files"]}
+    assert set(blobs.list("index/files/")) == named
+    assert restore(blobs, "index", tmp_path / "after-gc") == {"n": 4}
+    assert IndexSearcher(tmp_path / "after-gc").search("round", None, ALL).count == 4
+    assert collect(blobs, "index", keep=2) == []
