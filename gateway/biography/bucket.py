@@ -23,6 +23,7 @@ from ..store.base import (
     ObjectInfo,
     ObjectReader,
     ObjectStore,
+    page_of,
 )
 
 BUCKET = "biographies"
@@ -41,29 +42,9 @@ class BiographyBucket:
 
     def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
                      limit: int = 1000) -> ListPage:
-        entries: list[ListEntry] = []
-        prefixes: list[str] = []
-        last = None
-        for path in sorted(self._segments):
-            if not path.startswith(prefix) or path <= after:
-                continue
-            if delimiter:
-                cut = path.find(delimiter, len(prefix))
-                if cut >= 0:
-                    common = path[: cut + len(delimiter)]
-                    if (prefixes and prefixes[-1] == common) or common <= after:
-                        continue
-                    if len(entries) + len(prefixes) >= limit:
-                        return ListPage(entries, prefixes, True, last)
-                    prefixes.append(common)
-                    last = common
-                    continue
-            if len(entries) + len(prefixes) >= limit:
-                return ListPage(entries, prefixes, True, last)
-            s = self._segments[path]
-            entries.append(ListEntry(path, s.bytes, segment_etag(s), s.created))
-            last = path
-        return ListPage(entries, prefixes, False, None)
+        entries = {path: ListEntry(path, s.bytes, segment_etag(s), s.created)
+                   for path, s in self._segments.items()}
+        return page_of(entries, prefix, delimiter, after, limit)
 
     def head_object(self, bucket: str, key: str) -> ObjectInfo:
         segment = self._find(key)

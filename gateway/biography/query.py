@@ -23,7 +23,6 @@ from ..segments.manifest import Segment
 from . import schema
 from .events import Event, format_ts, order_key, time_key
 
-_DAY_US = 86_400_000_000
 #: How much of a question's text the sessions summary shows.
 QUESTION_PREVIEW = 200
 

@@ -18,6 +18,7 @@ from ..store.base import (
     ObjectInfo,
     ObjectReader,
     ObjectStore,
+    page_of,
 )
 from .documents import DocumentError, Scope, check_id
 from .service import CURRENT, Memory, current_key
@@ -70,28 +71,7 @@ class MemoryBucket:
             if not page.is_truncated or not page.next_marker:
                 break
             page_after = page.next_marker
-        entries: list[ListEntry] = []
-        prefixes: list[str] = []
-        last = None
-        for path in sorted(keys):
-            if path <= after:
-                continue
-            if delimiter:
-                cut = path.find(delimiter, len(prefix))
-                if cut >= 0:
-                    common = path[: cut + len(delimiter)]
-                    if (prefixes and prefixes[-1] == common) or common <= after:
-                        continue
-                    if len(entries) + len(prefixes) >= limit:
-                        return ListPage(entries, prefixes, True, last)
-                    prefixes.append(common)
-                    last = common
-                    continue
-            if len(entries) + len(prefixes) >= limit:
-                return ListPage(entries, prefixes, True, last)
-            entries.append(keys[path])
-            last = path
-        return ListPage(entries, prefixes, False, None)
+        return page_of(keys, prefix, delimiter, after, limit)
 
     def _inner(self, key: str) -> str:
         try:

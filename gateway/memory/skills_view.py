@@ -17,7 +17,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from ..store.base import ListEntry, ListPage, NoSuchKey, ObjectInfo, ObjectMeta, ObjectReader
+from ..store.base import ListEntry, ListPage, NoSuchKey, ObjectInfo, ObjectMeta, ObjectReader, page_of
 from .skills import Scope, SkillNotFound, Skills, scope_of_path
 
 BUCKET = "skills"
@@ -77,29 +77,7 @@ class SkillsBucket:
 
     def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
                      limit: int = 1000) -> ListPage:
-        entries = self._entries(prefix)
-        rows: list[ListEntry] = []
-        prefixes: list[str] = []
-        last = None
-        for key in sorted(entries):
-            if key <= after:
-                continue
-            if delimiter:
-                cut = key.find(delimiter, len(prefix))
-                if cut >= 0:
-                    common = key[: cut + len(delimiter)]
-                    if (prefixes and prefixes[-1] == common) or common <= after:
-                        continue
-                    if len(rows) + len(prefixes) >= limit:
-                        return ListPage(rows, prefixes, True, last)
-                    prefixes.append(common)
-                    last = common
-                    continue
-            if len(rows) + len(prefixes) >= limit:
-                return ListPage(rows, prefixes, True, last)
-            rows.append(entries[key])
-            last = key
-        return ListPage(rows, prefixes, False, None)
+        return page_of(self._entries(prefix), prefix, delimiter, after, limit)
 
     def _find(self, key: str) -> tuple[dict[str, Any], str]:
         found = split_key(key)

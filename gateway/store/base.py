@@ -307,3 +307,31 @@ class MetaUpdate(Protocol):
     """Completes an object's metadata from its parts (composite checksums)."""
 
     def __call__(self, meta: ObjectMeta, parts: Sequence[PartInfo]) -> ObjectMeta: ...
+
+
+def page_of(entries: dict[str, ListEntry], prefix: str = "", delimiter: str = "", after: str = "",
+            limit: int = 1000) -> ListPage:
+    """One S3 listing page over an in-memory set of entries (a store view of a service's
+    documents): keys under ``prefix`` past ``after``, rolled up at ``delimiter``."""
+    rows: list[ListEntry] = []
+    prefixes: list[str] = []
+    last = None
+    for key in sorted(entries):
+        if not key.startswith(prefix) or key <= after:
+            continue
+        if delimiter:
+            cut = key.find(delimiter, len(prefix))
+            if cut >= 0:
+                common = key[: cut + len(delimiter)]
+                if (prefixes and prefixes[-1] == common) or common <= after:
+                    continue
+                if len(rows) + len(prefixes) >= limit:
+                    return ListPage(rows, prefixes, True, last)
+                prefixes.append(common)
+                last = common
+                continue
+        if len(rows) + len(prefixes) >= limit:
+            return ListPage(rows, prefixes, True, last)
+        rows.append(entries[key])
+        last = key
+    return ListPage(rows, prefixes, False, None)
