@@ -11,7 +11,9 @@ from functools import cached_property
 from pathlib import Path
 
 from .api import bio as bio_api
+from .api import context as context_api
 from .api import memory as memory_api
+from .api import search as search_api
 from .api import skills as skills_api
 from .api.admin import PREFIX as ADMIN_PREFIX
 from .api.admin import build_router
@@ -19,12 +21,16 @@ from .api.rest import RestApp
 from .biography.service import Biographies
 from .biography.stream import BioStream
 from .config import Config
+from .context import ContextPacks, teams_of
 from .iam.audit import AuditLog
 from .iam.audit_stream import AuditStream
 from .iam.authn import Authenticator
 from .iam.authz import Authorizer
 from .iam.identities import IdentityStore
 from .iam.principals import RootCredentials
+from .indexing import COMMIT_INTERVAL as INDEX_INTERVAL
+from .indexing import CONSUMER as INDEXER
+from .indexing import SearchIndex
 from .log import DurableLog
 from .log.lease import TTL as LEASE_TTL
 from .log.lease import Lease
@@ -37,6 +43,8 @@ from .rotation import KeyRotation
 from .s3.context import S3Context
 from .s3.server import S3App
 from .sealing import seal
+from .search.entries import Sources
+from .search.tokens import AccessTokens
 from .segments.compactor import CONSUMER as COMPACTOR
 from .segments.compactor import Compactor
 from .segments.files import SegmentFiles
@@ -64,6 +72,7 @@ class Gateway:
     executor: ThreadPoolExecutor
     durable_log: DurableLog
     biographies: Biographies
+    search_index: SearchIndex
 
     @cached_property
     def compaction_lease(self) -> Lease:
@@ -113,7 +122,7 @@ class Gateway:
                 self.audit.start()
                 self.durable_log.start()
                 sweeper = asyncio.gather(self._sweep_uploads(), self._flush_logs(),
-                                         self._refresh_identities(), self._compact())
+                                         self._refresh_identities(), self._compact(), self._index())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if sweeper:
@@ -121,6 +130,7 @@ class Gateway:
                     await asyncio.gather(sweeper, return_exceptions=True)
                 self.executor.shutdown(wait=True, cancel_futures=True)
                 self.durable_log.close()
+                self._close_index()
                 self._release_lease()
                 self.audit.close()
                 self.store.close()
@@ -143,6 +153,23 @@ class Gateway:
                 await loop.run_in_executor(self.executor, self.identities.refresh)
             except Exception as exc:  # noqa: BLE001 - keep serving with what we have
                 log.warning("identities_refresh_failed", error=exc.__class__.__name__)
+
+    async def _index(self) -> None:
+        """The search pipeline: read the log, commit, publish snapshots (or follow them)."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await loop.run_in_executor(self.executor, self.search_index.step)
+            except Exception as exc:  # noqa: BLE001 - the next step retries
+                log.warning("index_step_failed", error=exc.__class__.__name__, detail=str(exc)[:200])
+                await asyncio.sleep(1)
+            await asyncio.sleep(INDEX_INTERVAL)
+
+    def _close_index(self) -> None:
+        try:
+            self.search_index.close()
+        except Exception as exc:  # noqa: BLE001 - the next writer catches up from the log
+            log.warning("index_close_failed", error=exc.__class__.__name__)
 
     def _release_lease(self) -> None:
         if self.config.compact_interval:
@@ -205,7 +232,7 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     authenticator = Authenticator(identities)
     authorizer = Authorizer(identities)
     metrics = Metrics(store.count_uploads)
-    durable_log = DurableLog(store, consumers=(COMPACTOR,))
+    durable_log = DurableLog(store, consumers=(COMPACTOR, INDEXER))
     files = SegmentFiles(store)
     compactor = Compactor(durable_log, files, [BioStream(), AuditStream()])
     audit = AuditLog(durable_log, compactor)
@@ -221,5 +248,13 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     bio_api.add_routes(router, biographies)
     memory_api.add_routes(router, memory, identities)
     skills_api.add_routes(router, skills)
+    search_index = SearchIndex(store, durable_log, Sources(store, memory, skills),
+                               AccessTokens(identities, authorizer, store), biographies,
+                               durable_log.writer_id)
+    search_api.add_routes(router, search_index)
+    # search=None would rank the pack's memories and skills by word overlap alone
+    packs = ContextPacks(biographies, memory, skills, teams_of(identities), search=search_index)
+    context_api.add_routes(router, packs)
     rest = RestApp(router, authenticator, authorizer, recorder, executor)
-    return Gateway(config, store, s3, rest, identities, audit, executor, durable_log, biographies)
+    return Gateway(config, store, s3, rest, identities, audit, executor, durable_log, biographies,
+                   search_index)

@@ -12,7 +12,9 @@ from . import logs
 from .admin_cli import admin
 from .bio_cli import bio
 from .config import Config
+from .context_cli import context
 from .memory_cli import memory
+from .search_cli import index, search
 from .skills_cli import skills
 from .vault_cli import vault
 
@@ -92,6 +94,8 @@ main.add_command(vault)
 main.add_command(bio)
 main.add_command(memory)
 main.add_command(skills)
+main.add_command(context)
+main.add_command(search), main.add_command(index)
 
 if __name__ == "__main__":
     main()

@@ -252,7 +252,7 @@ def test_compact_keeps_every_event_readable(gw, story, tmp_path):
 def test_retain_show_and_set(gw):
     agent = uname()
     shown = json.loads(bio(gw, "retain", "--json").stdout)
-    assert set(shown) == {"default_days", "agents"}
+    assert set(shown) == {"default_days", "agents", "audit_days"}
     try:
         assert "default: kept 400 days" in bio(gw, "retain", "--days", "400").stdout
         assert f"{agent}: kept 9 days." in bio(gw, "retain", "--agent", agent, "--days", "9").stdout

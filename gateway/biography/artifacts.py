@@ -1,16 +1,21 @@
 """Artifact events: what an agent wrote, copied or deleted in a workspace bucket.
 
-Called after a successful S3 change. Only agents have biographies written for them (a
-human's or the root's workspace changes are audited, not narrated), and only workspace
-buckets count: the gateway's own buckets carry their own records. The events are
-buffered (durable within the log's flush interval) so a PUT never waits for them.
+Called after a successful S3 change. Every change of a workspace object (by anyone) also
+becomes a ``DocChanged("file", "<bucket>/<key>")`` notice for the search index. Only
+agents have biographies written for them (a human's or the root's workspace changes are
+audited, not narrated), and only workspace buckets count: the gateway's own buckets carry
+their own records. The events are buffered (durable within the log's flush interval) so a
+PUT never waits for them.
 """
 
 from __future__ import annotations
 
 import re
+import time
 from urllib.parse import unquote
 
+from ..log import DocChanged
+from ..s3.names import RESERVED_BUCKETS
 from .bucket import BUCKET as BIOGRAPHIES
 from .service import Biographies
 
@@ -24,9 +29,13 @@ def record_change(bios: Biographies, principal, op_name: str, bucket: str, key: 
                   headers: dict[str, str], response_headers: list[tuple[str, str]],
                   response_body: bytes) -> None:
     op = CHANGES.get(op_name)
-    if op is None or principal is None or principal.kind != "agent" or bucket == BIOGRAPHIES:
+    if op is None or principal is None or bucket == BIOGRAPHIES:
         return
     etag = next((v.strip('"') for k, v in response_headers if k == "etag"), None)
+    if not bucket.startswith(".") and bucket not in RESERVED_BUCKETS:
+        _notice_files(bios, principal.name, op_name, bucket, key, etag, response_body)
+    if principal.kind != "agent":
+        return
     if op_name == "DeleteObjects":
         for raw in _DELETED_KEY.findall(response_body):
             bios.artifact(principal.name, op, bucket, _xml_text(raw))
@@ -40,6 +49,23 @@ def record_change(bios: Biographies, principal, op_name: str, bucket: str, key: 
     source = unquote(headers["x-amz-copy-source"]) if op_name == "CopyObject" else None
     etag = etag or _copy_etag(response_body)
     bios.artifact(principal.name, op, bucket, key, size=size, etag=etag, source=source)
+
+
+def _notice_files(bios: Biographies, by: str, op_name: str, bucket: str, key: str | None,
+                  etag: str | None, response_body: bytes) -> None:
+    """"A workspace file changed" notices for the search index (buffered, like artifacts)."""
+    now = time.time()
+    if op_name == "DeleteObjects":
+        keys = [_xml_text(raw) for raw in _DELETED_KEY.findall(response_body)]
+    elif key is not None:
+        keys = [key]
+    else:
+        return
+    op = "delete" if op_name in ("DeleteObject", "DeleteObjects") else "put"
+    if op == "put" and op_name == "CopyObject":
+        etag = etag or _copy_etag(response_body)
+    bios.log.append_nowait([DocChanged("file", f"{bucket}/{k}", op, now, etag=etag if op == "put" else None,
+                                       by=by) for k in keys])
 
 
 def _copy_etag(body: bytes) -> str | None:

@@ -118,9 +118,12 @@ SERVICES: dict[str, Service] = {
             "DeleteSecret": "Delete a secret (recoverable).",
             "DestroySecret": "Destroy a secret's versions for good.",
         }),
-        Service("search", "arn:orgmem:search:::", ("arn:orgmem:search:::TYPE",), {
+        Service("search", "arn:orgmem:search:::",
+                ("arn:orgmem:search:::TYPE", "arn:orgmem:search:::index"), {
             "Query": "Search an index (TYPE: `event`, `memory`, `skill`, `file`); results are per caller.",
             "GetContext": "Fetch assembled context for a task from the search indexes.",
+            "GetIndexStatus": "Read the search index's checkpoint, lag, snapshot age and holder (`index`).",
+            "RebuildIndex": "Rebuild the search index from its sources (`index`).",
         }),
         Service("admin", "arn:orgmem:admin:::", (
             "arn:orgmem:admin:::agent/NAME", "arn:orgmem:admin:::team/NAME", "arn:orgmem:admin:::policy/NAME",

@@ -1,0 +1,481 @@
+"""The search pipeline: the durable log -> the indexer library -> sealed snapshots.
+
+One gateway writes the index at a time: whoever holds the ``index`` lease. It keeps a
+working index in a temporary directory (removed at close; no plaintext index under the
+data dir), tails the log past its positions, maps each record to an index change
+(:mod:`gateway.search.entries`), commits every :data:`COMMIT_INTERVAL` seconds when
+something changed (that is what makes an acknowledged write searchable within a
+second or so), and every :data:`PUBLISH_INTERVAL` seconds publishes a snapshot through
+the sealed store (``.orgmem/index/``) whose manifest carries the positions it covers.
+Only then is the log consumer checkpoint ``index`` moved to those positions, so log
+objects are collected only once a snapshot covers them: restoring the latest snapshot
+and replaying the log past its checkpoint loses nothing, and replays are upserts by
+source reference, so nothing is doubled.
+
+At start (and when taking over the lease) the writer restores the latest snapshot and
+catches up from its checkpoint; it rebuilds from the sources only when there is no
+snapshot at all (or none can be restored). Gateways without the lease serve searches
+from the latest snapshot, re-restored when a newer manifest appears, and say how stale
+it is.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from indexer import (
+    IndexSearcher,
+    IndexWriter,
+    QueryError,
+    SnapshotConflict,
+    SnapshotError,
+    collect,
+    latest,
+    publish,
+    restore,
+)
+
+from .biography import schema as bio_schema
+from .biography.service import Biographies
+from .iam.principals import Principal
+from .log import BioRecord, CheckpointConflict, DurableLog, advance
+from .log.layout import Positions
+from .log.lease import TTL as LEASE_TTL
+from .log.lease import Lease
+from .logs import log
+from .search.blobs import StoreBlobs
+from .search.entries import Sources, event_of
+from .search.tokens import AccessTokens
+from .store.base import ObjectStore, StoreError
+
+#: The log consumer (its checkpoint holds back log collection) and the lease's job name.
+CONSUMER = "index"
+#: Snapshots live under this prefix of the internal bucket.
+PREFIX = "index"
+#: Seconds between pipeline steps (each reads the log and commits when it found changes).
+COMMIT_INTERVAL = 0.5
+#: Seconds between published snapshots (when the index changed).
+PUBLISH_INTERVAL = 5.0
+#: Seconds between a follower's checks for a newer snapshot (and lease attempts).
+POLL_INTERVAL = 2.0
+#: Seconds between renewals of the lease by its holder.
+RENEW_INTERVAL = 3.0
+#: Log objects one step reads at most.
+MAX_OBJECTS = 2000
+#: Entries upserted per call during a rebuild.
+BATCH = 1000
+WRITER_HEAP = 64 * 1024 * 1024
+
+
+class IndexNotReady(Exception):
+    """The index is being restored or built; searches answer once it is open."""
+
+
+class NotIndexWriter(Exception):
+    """This gateway does not hold the index lease (another one writes the index)."""
+
+
+class SearchIndex:
+    """The gateway's search index: pipeline step, searches, status and rebuild."""
+
+    def __init__(self, store: ObjectStore, durable_log: DurableLog, sources: Sources,
+                 tokens: AccessTokens, biographies: Biographies, holder: str,
+                 lease_ttl: float = LEASE_TTL) -> None:
+        self.store = store
+        self.log = durable_log
+        self.sources = sources
+        self.tokens = tokens
+        self.biographies = biographies
+        self.blobs = StoreBlobs(store)
+        self.lease = Lease(store, CONSUMER, holder, ttl=lease_ttl)
+        self.positions: Positions = {}
+        self._dir: Path | None = None
+        self._writer: IndexWriter | None = None
+        self._searcher: IndexSearcher | None = None
+        self._checkpoint = None
+        self._published: Positions = {}
+        self._dirty = False  # committed changes not yet in a snapshot
+        self._snapshot: dict[str, Any] = {}  # seq, created, docs of the snapshot this index is at
+        self._last_try = self._last_renew = self._last_publish = 0.0
+        self._rebuild_requested = False
+        self._closed = False
+        self._step_lock = threading.Lock()
+        self.stats: dict[str, Any] = {"started_from": None, "restores": 0, "rebuilds": 0, "upserts": 0,
+                                      "deletes": 0, "commits": 0, "publishes": 0, "skipped": 0,
+                                      "last_commit": None}
+        self.progress: dict[str, Any] = {"state": "idle"}
+
+    # -- the background step ------------------------------------------------------------
+
+    @property
+    def role(self) -> str:
+        if self._writer is not None:
+            return "writer"
+        return "follower" if self._searcher is not None else "starting"
+
+    def step(self) -> None:
+        """One turn of the pipeline; the gateway calls it every :data:`COMMIT_INTERVAL` s."""
+        if not self._step_lock.acquire(blocking=False):
+            return
+        try:
+            if self._closed:
+                return
+            now = time.monotonic()
+            if self._writer is None:
+                if now - self._last_try < POLL_INTERVAL and self._searcher is not None:
+                    return
+                self._last_try = now
+                if self.lease.acquire():
+                    self._last_renew = now
+                    self._take_over()
+                else:
+                    self._follow()
+                return
+            if now - self._last_renew >= RENEW_INTERVAL:
+                if not self.lease.acquire():
+                    log.warning("index_lease_lost")
+                    self._step_down()
+                    return
+                self._last_renew = now
+            if self._rebuild_requested:
+                self._rebuild_requested = False
+                self._rebuild()
+            if self._consume():
+                self._commit()
+            if self._dirty and time.monotonic() - self._last_publish >= PUBLISH_INTERVAL:
+                self._publish()
+        finally:
+            self._step_lock.release()
+
+    def _new_dir(self) -> Path:
+        return Path(tempfile.mkdtemp(prefix="orgmem-index-"))
+
+    def _swap(self, directory: Path, searcher: IndexSearcher, writer: IndexWriter | None) -> None:
+        old = self._dir
+        self._dir, self._searcher, self._writer = directory, searcher, writer
+        if old is not None and old != directory:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def _take_over(self) -> None:
+        """Become the writer: restore the latest snapshot and catch up, or build from the sources."""
+        directory = self._new_dir()
+        manifest = latest(self.blobs, PREFIX)
+        try:
+            checkpoint = restore(self.blobs, PREFIX, directory)
+        except SnapshotError as exc:
+            log.error("index_restore_failed", detail=str(exc)[:300])
+            shutil.rmtree(directory, ignore_errors=True)
+            directory, checkpoint = self._new_dir(), None
+        writer = IndexWriter(directory, heap_size=WRITER_HEAP, num_threads=2)
+        self._swap(directory, IndexSearcher(writer.index), writer)
+        self._checkpoint = self.log.checkpoints.load(CONSUMER)
+        if checkpoint is not None:
+            self.positions = {w: int(s) for w, s in (checkpoint.get("positions") or {}).items()}
+            self._published = dict(self.positions)
+            self._snapshot = _about(manifest)
+            self.stats["restores"] += 1
+            self.stats["started_from"] = self.stats["started_from"] or "snapshot"
+            self._last_publish = time.monotonic()
+            log.info("index_restored", seq=self._snapshot.get("seq"), docs=self._snapshot.get("docs"))
+        else:
+            self.stats["started_from"] = self.stats["started_from"] or "rebuild"
+            try:
+                self._rebuild()
+            except Exception:
+                self._step_down()  # the next step takes over (and rebuilds) again
+                raise
+
+    def _step_down(self) -> None:
+        """Another gateway writes now: keep serving what we have until its snapshot comes."""
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            try:
+                writer.rollback()
+                writer.close()
+            except Exception as exc:  # noqa: BLE001 - the directory is dropped anyway
+                log.warning("index_writer_close_failed", error=exc.__class__.__name__)
+        self._snapshot = {}
+        self._last_try = 0.0
+
+    def _follow(self) -> None:
+        """Serve from the latest snapshot: restore it again when a newer one appears."""
+        manifest = latest(self.blobs, PREFIX)
+        if manifest is None:
+            if self._searcher is None:  # nothing published yet: an empty index until there is
+                directory = self._new_dir()
+                IndexWriter(directory, heap_size=WRITER_HEAP, num_threads=1).close()
+                self._swap(directory, IndexSearcher(directory), None)
+            return
+        if manifest.get("seq") == self._snapshot.get("seq") and self._searcher is not None:
+            return
+        directory = self._new_dir()
+        try:
+            checkpoint = restore(self.blobs, PREFIX, directory)
+        except SnapshotError as exc:
+            log.warning("index_follow_failed", detail=str(exc)[:300])
+            shutil.rmtree(directory, ignore_errors=True)
+            return
+        self.positions = {w: int(s) for w, s in ((checkpoint or {}).get("positions") or {}).items()}
+        self._swap(directory, IndexSearcher(directory), None)
+        self._snapshot = _about(manifest)
+        self.stats["restores"] += 1
+        self.stats["started_from"] = self.stats["started_from"] or "snapshot"
+
+    # -- writing ------------------------------------------------------------------------
+
+    def _consume(self, limit: int = MAX_OBJECTS) -> bool:
+        """Apply the log past our positions to the writer; True when anything changed."""
+        changed = False
+        for obj in self.log.reader.read_pending(self.positions, limit):
+            upserts, deletes = [], []
+            for record in obj.records:
+                try:
+                    change = self.sources.from_record(record)
+                except StoreError:
+                    raise  # the store is unwell: this object is read again next step
+                except Exception as exc:  # noqa: BLE001 - one odd record must not stop the index
+                    self.stats["skipped"] += 1
+                    log.warning("index_record_skipped", error=exc.__class__.__name__, detail=str(exc)[:200])
+                    continue
+                if change is None:
+                    continue
+                (upserts if change[0] == "upsert" else deletes).append(change[1])
+            self._apply(upserts, deletes)
+            advance(self.positions, obj.writer, obj.seq)
+            changed = changed or bool(upserts or deletes)
+            if not (upserts or deletes):
+                self._dirty = True  # positions moved: the next snapshot says so
+        return changed
+
+    def _apply(self, upserts: list, deletes: list) -> None:
+        assert self._writer is not None
+        if deletes:
+            self._writer.delete(deletes)
+            self.stats["deletes"] += len(deletes)
+        if upserts:
+            self._writer.upsert(upserts)
+            self.stats["upserts"] += len(upserts)
+
+    def _commit(self) -> None:
+        assert self._writer is not None
+        self._writer.commit()
+        self._dirty = True
+        self.stats["commits"] += 1
+        self.stats["last_commit"] = time.time()
+
+    def _publish(self) -> None:
+        assert self._writer is not None and self._dir is not None
+        try:  # writers whose objects were all collected are forgotten (they only ever grow)
+            alive = set(self.log.reader.writers())
+            self.positions = {w: s for w, s in self.positions.items() if w in alive}
+        except StoreError:
+            pass
+        positions = dict(self.positions)
+        if self._writer.pending:
+            self._commit()
+        try:
+            manifest = publish(self.blobs, PREFIX, self._dir, {"positions": positions})
+        except SnapshotConflict:
+            log.warning("index_publish_conflict")
+            self._step_down()
+            return
+        self._snapshot = _about(manifest)
+        self._published, self._dirty = positions, False
+        self._last_publish = time.monotonic()
+        self.stats["publishes"] += 1
+        for _ in range(3):  # the collection floor: what the newest snapshot covers
+            try:
+                self._checkpoint = self.log.checkpoints.save(self._checkpoint, positions,
+                                                             {"snapshot": manifest["seq"]})
+                break
+            except CheckpointConflict:
+                self._checkpoint = self.log.checkpoints.load(CONSUMER)
+        try:
+            collect(self.blobs, PREFIX, keep=2)
+        except StoreError as exc:  # retried after the next publish
+            log.warning("index_collect_failed", error=exc.__class__.__name__)
+
+    # -- rebuild --------------------------------------------------------------------------
+
+    def request_rebuild(self) -> dict:
+        """Ask the writer's next step to rebuild from the sources."""
+        if self._writer is None:
+            holder = None
+            try:
+                holder = (self.lease.holder_now() or {}).get("holder")
+            except StoreError:
+                pass
+            raise NotIndexWriter(f"This gateway does not write the index ({holder or 'nobody'} does); "
+                                 "ask that gateway to rebuild.")
+        self._rebuild_requested = True
+        self.progress = {"state": "requested", "requested": time.time()}
+        return self.progress
+
+    def _rebuild(self) -> None:
+        """Drop every entry and index the sources again; the log continues past ``target``."""
+        assert self._writer is not None
+        started = time.time()
+        counts = {"event": 0, "memory": 0, "skill": 0, "file": 0}
+        self.progress = {"state": "running", "phase": "event", "counts": counts, "started": started}
+        target: Positions = {}
+        for writer, seq in self.log.reader.pending({}):
+            advance(target, writer, seq)
+        self._writer.delete_all()
+        phases: list[tuple[str, Iterable]] = [
+            ("event", self._all_events()), ("memory", self.sources.all_memory()),
+            ("skill", self.sources.all_skills()), ("file", self.sources.all_files())]
+        try:
+            for phase, entries in phases:
+                self.progress["phase"] = phase
+                batch = []
+                for entry in entries:
+                    batch.append(entry)
+                    if len(batch) >= BATCH:
+                        self._writer.upsert(batch)
+                        counts[phase] += len(batch)
+                        batch = []
+                if batch:
+                    self._writer.upsert(batch)
+                    counts[phase] += len(batch)
+        except Exception as exc:
+            self._writer.rollback()
+            self.progress = {"state": "failed", "error": f"{exc.__class__.__name__}: {str(exc)[:200]}",
+                             "counts": counts, "started": started, "finished": time.time()}
+            raise
+        self.positions = target
+        self._commit()
+        self.stats["rebuilds"] += 1
+        self.progress = {"state": "done", "counts": counts, "started": started, "finished": time.time(),
+                         "seconds": round(time.time() - started, 3)}
+        log.info("index_rebuilt", events=counts["event"], memories=counts["memory"], skills=counts["skill"],
+                 files=counts["file"], seconds=self.progress["seconds"])
+        self._publish()
+
+    def _all_events(self) -> Iterator:
+        bios = self.biographies
+        for _ in range(5):  # a compaction between reading segments and the tail: read again
+            snapshot = bios.snapshot()
+            for segment in bios.segments(snapshot):
+                agent = segment.value("agent") or ""
+                for event in bio_schema.table_to_events(bios.files.table(segment.key), agent):
+                    yield event_of(event.to_record())
+            for obj in self.log.reader.read_pending(snapshot.positions):
+                for record in obj.records:
+                    if isinstance(record, BioRecord):
+                        yield event_of(record.event)
+            if self.log.checkpoints.load("compactor").etag == snapshot.etag:
+                return
+
+    # -- reading ------------------------------------------------------------------------
+
+    def search(self, principal: Principal, query: str, filters: Mapping[str, Any] | None = None,
+               limit: int = 10, offset: int = 0) -> dict:
+        """``/v1/search``'s answer: ``{hits, count, took_ms, warnings, index}``.
+
+        Raises :class:`indexer.QueryError` (a 400) for input refused outright and
+        :class:`IndexNotReady` while the index is being opened."""
+        started = time.perf_counter()
+        searcher = self._searcher
+        if searcher is None:
+            raise IndexNotReady("The search index is being opened; try again in a moment.")
+        tokens = self.tokens.of(principal)
+        clean = {k: v for k, v in (filters or {}).items() if v not in (None, "", [])}
+        result = searcher.search(query or "", clean, sorted(tokens), limit, offset)
+        hits, refused = [], 0
+        for hit in result.hits:
+            row = hit.to_dict()
+            if not self.tokens.hit_allowed(principal, row):
+                refused += 1
+                continue
+            row["href"] = href(row)
+            hits.append(row)
+        return {"hits": hits, "count": max(0, result.count - refused),
+                "took_ms": round((time.perf_counter() - started) * 1000, 3),
+                "warnings": result.warnings, "index": self.freshness()}
+
+    def freshness(self) -> dict:
+        out: dict[str, Any] = {"role": self.role}
+        if self._writer is None and self._snapshot.get("created"):
+            out["snapshot_age_seconds"] = round(max(0.0, time.time() - self._snapshot["created"]), 3)
+        return out
+
+    def status(self) -> dict:
+        """Checkpoint, lag, snapshot age and holder (``/v1/index/status``)."""
+        now = time.time()
+        manifest = latest(self.blobs, PREFIX)
+        try:
+            lag = len(self.log.reader.pending(self.positions))
+        except StoreError:
+            lag = None
+        searcher = self._searcher
+        holder = self.lease.holder_now()
+        return {
+            "role": self.role,
+            "holder": holder.get("holder") if holder and holder.get("expires", 0) > now else None,
+            "checkpoint": dict(sorted(self.positions.items())),
+            "lag_objects": lag,
+            "docs": searcher.num_docs if searcher is not None else 0,
+            "snapshot": None if manifest is None else {
+                "seq": manifest.get("seq"), "docs": manifest.get("docs"),
+                "created": manifest.get("created"),
+                "age_seconds": round(max(0.0, now - float(manifest.get("created") or now)), 3)},
+            "loaded_snapshot": self._snapshot.get("seq"),
+            "stats": dict(self.stats),
+            "rebuild": dict(self.progress),
+        }
+
+    # -- shutdown -------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Commit and publish what is pending (writer), give the lease up, drop the working copy."""
+        with self._step_lock:
+            self._closed = True
+            if self._writer is not None:
+                try:
+                    if self._consume():
+                        self._commit()
+                    if self._dirty or self._writer.pending:
+                        self._publish()
+                except Exception as exc:  # noqa: BLE001 - the next writer catches up from the log
+                    log.warning("index_final_publish_failed", error=exc.__class__.__name__)
+                writer, self._writer = self._writer, None
+                if writer is not None:
+                    try:
+                        writer.close()
+                    except Exception:  # noqa: BLE001
+                        pass
+                try:
+                    self.lease.release()
+                except StoreError:
+                    pass
+            self._searcher = None
+            if self._dir is not None:
+                shutil.rmtree(self._dir, ignore_errors=True)
+                self._dir = None
+
+
+def _about(manifest: dict | None) -> dict:
+    if not manifest:
+        return {}
+    return {"seq": manifest.get("seq"), "created": manifest.get("created"), "docs": manifest.get("docs")}
+
+
+def href(hit: Mapping[str, Any]) -> str:
+    """Where the full item is fetched (REST path, or the s3:// URI of a workspace file)."""
+    kind, source = hit.get("type"), str(hit.get("source", ""))
+    if kind == "event":
+        return f"/v1/events?agent={hit.get('agent', '')}&session={hit.get('session', '')}"
+    if kind == "memory":
+        return f"/v1/memory/{hit.get('scope', '')}/{hit.get('id', '')}"
+    if kind == "skill":
+        return f"/v1/skills/{hit.get('id', '')}?scope={hit.get('scope', '')}"
+    return source
+
+
+__all__ = ["CONSUMER", "IndexNotReady", "NotIndexWriter", "QueryError", "SearchIndex"]

@@ -1,0 +1,352 @@
+"""Search against real gateways: the log -> index pipeline, access control in the query,
+snapshots, restarts, a follower gateway on a shared SeaweedFS bucket, hostile queries,
+and the ``orgmem search`` / ``orgmem index`` commands."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import threading
+import time
+import uuid
+
+import boto3
+import pytest
+from botocore.config import Config
+from servers import BIN, Gateway
+
+from gateway.admin_client import AdminClient, AdminError
+from gateway.bio_client import BioClient
+from gateway.memory_client import MemoryClient
+from gateway.search_cli import SearchClient
+from gateway.skills_client import SkillsClient
+
+#: How long a wait-until loop waits before the test fails (never a timed assert).
+DEADLINE = 30.0
+
+
+def word() -> str:
+    """A word no other test uses (letters only, so the stemmer leaves it alone)."""
+    return "zq" + "".join(chr(ord("a") + int(c, 16) % 26) for c in uuid.uuid4().hex[:10])
+
+
+def uid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+def searcher(gw: Gateway, access_key: str | None = None, secret_key: str | None = None) -> SearchClient:
+    return SearchClient(AdminClient(gw.endpoint, access_key or gw.access_key, secret_key or gw.secret_key))
+
+
+def wait_for(probe, what: str, deadline: float = DEADLINE):
+    """Call ``probe`` until it returns something truthy; its last value otherwise fails the test."""
+    end = time.time() + deadline
+    last = None
+    while time.time() < end:
+        try:
+            last = probe()
+        except AdminError as exc:
+            if exc.code != "IndexNotReady":
+                raise
+            last = None
+        if last:
+            return last
+        time.sleep(0.1)
+    raise AssertionError(f"{what}: not within {deadline} s (last: {last!r})")
+
+
+def found(client: SearchClient, q: str, **filters):
+    result = client.search(q, **filters)
+    return result if result["hits"] else None
+
+
+def s3_client(gw: Gateway, access_key: str | None = None, secret_key: str | None = None):
+    return boto3.client("s3", endpoint_url=gw.endpoint, aws_access_key_id=access_key or gw.access_key,
+                        aws_secret_access_key=secret_key or gw.secret_key, region_name="us-east-1",
+                        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 1}))
+
+
+def skill_files(name: str, description: str, body: str) -> list[dict]:
+    md = f"---\nname: {name}\ndescription: {description}\n---\n{body}\n"
+    return [{"path": "SKILL.md", "content": base64.b64encode(md.encode()).decode()}]
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    g = Gateway(tmp_path_factory.mktemp("search") / "data").start()
+    yield g
+    g.stop()
+
+
+@pytest.fixture(scope="module")
+def root(gw):
+    return searcher(gw)
+
+
+@pytest.fixture(scope="module")
+def admin(gw):
+    return AdminClient(gw.endpoint, gw.access_key, gw.secret_key)
+
+
+# -- each kind of item is found by a word of its body ------------------------------------------
+
+
+def test_an_event_a_memory_a_skill_and_a_file_are_each_found(gw, root):
+    words = {t: word() for t in ("event", "memory", "skill", "file")}
+    BioClient(gw.endpoint, gw.access_key, gw.secret_key).put_events(
+        [{"agent": "scout", "session": "s-find", "kind": "note", "content": f"saw the {words['event']} today"}])
+    MemoryClient(gw.endpoint, gw.access_key, gw.secret_key).put(
+        "org", uid("doc"), {"kind": "decision", "title": "Release cadence",
+                            "body": f"We ship on {words['memory']} mornings."})
+    name = uid("sk")
+    SkillsClient(gw.endpoint, gw.access_key, gw.secret_key).publish(
+        name, skill_files(name, "How to deploy.", f"Run the {words['skill']} script first."), scope="org")
+    s3 = s3_client(gw)
+    bucket = uid("ws")
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="notes/README.md", Body=f"# Notes\n\nThe {words['file']} plan.\n".encode(),
+                  ContentType="text/markdown")
+    for kind, w in words.items():
+        result = wait_for(lambda w=w: found(root, w), f"the {kind} by {w}")
+        hit = result["hits"][0]
+        assert result["count"] == 1 and hit["type"] == kind
+        assert w in hit["snippet"] and f"<b>{w}</b>" in hit["snippet_html"]
+        assert hit["source"] and hit["href"] and hit["status"] == "active"
+        # and the type filter keeps it, another type's filter does not
+        assert root.search(w, type=kind)["count"] == 1
+        other = next(t for t in words if t != kind)
+        assert root.search(w, type=other)["count"] == 0
+    file_hit = root.search(words["file"])["hits"][0]
+    assert file_hit["source"] == f"s3://{bucket}/notes/README.md"
+
+
+def test_a_superseded_memory_ranks_below_its_replacement_and_is_marked(gw, root):
+    w = word()
+    memory = MemoryClient(gw.endpoint, gw.access_key, gw.secret_key)
+    old_id, new_id = uid("old"), uid("new")
+    memory.put("org", old_id, {"kind": "decision", "title": f"{w} on Fridays", "body": f"Deploy {w} on Fridays."})
+    memory.supersede("org", old_id, {"id": new_id, "kind": "decision", "title": f"{w} on Tuesdays",
+                                     "body": f"Deploy {w} on Tuesdays, never Fridays."})
+
+    def both():
+        result = root.search(w, type="memory")
+        hits = {h["id"]: h for h in result["hits"]}
+        return result if old_id in hits and new_id in hits and hits[old_id]["superseded"] else None
+
+    result = wait_for(both, "the supersession")
+    ids = [h["id"] for h in result["hits"]]
+    assert ids == [new_id, old_id]
+    old = result["hits"][1]
+    assert old["status"] == "superseded" and old["superseded"] is True
+    assert result["hits"][0]["status"] == "active" and result["hits"][0]["superseded"] is False
+
+
+def test_a_deleted_file_disappears(gw, root):
+    w = word()
+    s3 = s3_client(gw)
+    bucket = uid("del")
+    s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="a.md", Body=f"first {w}\n".encode())
+    s3.put_object(Bucket=bucket, Key="b.txt", Body=f"second {w}\n".encode())
+    wait_for(lambda: root.search(w)["count"] == 2, "both files")
+    s3.delete_object(Bucket=bucket, Key="a.md")
+    s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "b.txt"}]})
+    wait_for(lambda: root.search(w)["count"] == 0, "both files gone")
+    # binary content is never indexed
+    s3.put_object(Bucket=bucket, Key="c.bin", Body=b"\x00\x01" + w.encode())
+    s3.put_object(Bucket=bucket, Key="d.md", Body=f"third {w}\n".encode())
+    result = wait_for(lambda: found(root, w), "the text file")
+    assert [h["id"] for h in result["hits"]] == ["d.md"]
+
+
+# -- access control ---------------------------------------------------------------------------------
+
+
+def test_agent_b_never_sees_agent_a_private_events_or_documents(gw, admin):
+    w = word()
+    a, b = uid("aa"), uid("bb")
+    keys = {n: admin.create_agent(n) for n in (a, b)}
+    a_search = searcher(gw, keys[a]["access_key"], keys[a]["secret_key"])
+    b_search = searcher(gw, keys[b]["access_key"], keys[b]["secret_key"])
+    BioClient(gw.endpoint, keys[a]["access_key"], keys[a]["secret_key"]).put_events(
+        [{"session": "private", "kind": "note", "content": f"my secret {w} plan"}])
+    MemoryClient(gw.endpoint, keys[a]["access_key"], keys[a]["secret_key"]).put(
+        f"agent:{a}", uid("mine"), {"kind": "lesson", "title": f"The {w} lesson", "body": f"{w} matters."})
+    s3 = s3_client(gw, keys[a]["access_key"], keys[a]["secret_key"])
+    s3.create_bucket(Bucket=f"agent-{a}")
+    s3.put_object(Bucket=f"agent-{a}", Key="diary.md", Body=f"dear {w}\n".encode())
+    result = wait_for(lambda: a_search.search(w)["count"] == 3 and a_search.search(w), "A's own items")
+    assert {h["type"] for h in result["hits"]} == {"event", "memory", "file"}
+    # B also has a word of its own, so it can search at all
+    BioClient(gw.endpoint, keys[b]["access_key"], keys[b]["secret_key"]).put_events(
+        [{"session": "mine", "kind": "note", "content": f"b writes {w} too"}])
+    result = wait_for(lambda: found(b_search, w), "B's own event")
+    assert result["count"] == 1 and result["hits"][0]["agent"] == b
+    for q, filters in [(w, {}), ("*", {"agent": a}), ("secret", {}), (f"agent:{a}", {}),
+                       (f"{w} OR secret OR lesson OR dear", {}), ("*", {"type": "memory"}),
+                       ("*", {"type": "file"}), (f"scope:agent:{a}", {})]:
+        result = b_search.search(q, **filters)
+        assert all(h["agent"] != a and a not in h["source"] for h in result["hits"]), (q, result)
+        if filters.get("agent") == a or q.startswith("scope:") or filters.get("type") == "file":
+            assert result["count"] == 0, (q, result)
+    assert b_search.search(w)["count"] == 1
+
+
+# -- hostile input ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("q,extra", [
+    ('"unbalanced', {}), ("x" * 10_000, {}), ("nosuchfield:value", {}), ("*", {}), ("NOT", {}),
+    ("NOT deploy", {}), ("time:[2024-01-01 TO", {}), ("time:[garbage TO 2024]", {}), ("(((", {}),
+    ("a:b:c:d", {}), ("access:root", {}), ("/etc/passwd", {}), ("", {"type": "nosuchtype"}),
+    ("x", {"limit": "many"}), ("x", {"limit": "100000"}), ("x", {"offset": "-1"}),
+    ("x", {"since": "yesterday-ish"}), ("x", {"since": "2030-01-01", "until": "2020-01-01"}),
+    ("\x00 nul \x7f", {}), ("🦩 +-~^", {}),
+])
+def test_hostile_queries_answer_200_or_a_clear_400(gw, q, extra):
+    client = AdminClient(gw.endpoint, gw.access_key, gw.secret_key)
+    try:
+        status, _, data = client._request("GET", "/v1/search", query={"q": q, **extra})
+    except AdminError as exc:
+        assert exc.status == 400, exc
+        assert exc.code in ("InvalidQuery", "InvalidArgument") and len(exc.message) > 10
+        return
+    assert status == 200, data
+
+
+# -- restarts, snapshots, followers ----------------------------------------------------------------
+
+
+def write_until(stop: threading.Event, bio: BioClient, session: str, acked: list, lock: threading.Lock) -> None:
+    n = 0
+    while not stop.is_set():
+        batch = [{"agent": "streamer", "session": session, "kind": "note", "event_id": f"ev-{session}-{n + i}",
+                  "content": f"tick {n + i}"} for i in range(5)]
+        try:
+            ids = bio.put_events(batch)["event_ids"]
+        except (AdminError, OSError):
+            time.sleep(0.05)  # the gateway is down: retry the same ids (retries collapse)
+            continue
+        with lock:
+            acked.extend(ids)
+        n += 5
+
+
+def session_ids(client: SearchClient, session: str) -> list[str]:
+    out: list[str] = []
+    while True:
+        page = client.search("*", session=session, limit=1000, offset=len(out))
+        out += [h["id"] for h in page["hits"]]
+        if not page["hits"] or len(out) >= page["count"]:
+            return out
+
+
+def test_a_restart_mid_stream_loses_and_duplicates_nothing(tmp_path):
+    gw = Gateway(tmp_path / "data").start()
+    session = uid("stream")
+    acked, lock, stop = [], threading.Lock(), threading.Event()
+    bio = BioClient(gw.endpoint, gw.access_key, gw.secret_key, timeout=5)
+    writer = threading.Thread(target=write_until, args=(stop, bio, session, acked, lock))
+    writer.start()
+    try:
+        wait_for(lambda: len(acked) > 50, "some events acknowledged")
+        gw.kill()  # mid-stream, no final snapshot
+        gw.start()
+        wait_for(lambda: len(acked) > 150, "events after the restart")
+        stop.set()
+        writer.join(30)
+        client = searcher(gw)
+        wait_for(lambda: len(session_ids(client, session)) >= len(set(acked)), "every acknowledged event")
+        ids = session_ids(client, session)
+        assert len(ids) == len(set(ids)) and set(ids) == set(acked)
+        assert client.search("*", session=session)["count"] == len(set(acked))
+        status = client.status()
+        assert status["stats"]["started_from"] == "snapshot" and status["stats"]["rebuilds"] == 0
+    finally:
+        stop.set()
+        gw.stop()
+
+
+def test_a_fresh_gateway_restores_the_snapshot_and_catches_up(tmp_path):
+    gw = Gateway(tmp_path / "data").start()
+    w1, w2 = word(), word()
+    try:
+        bio = BioClient(gw.endpoint, gw.access_key, gw.secret_key)
+        bio.put_events([{"agent": "keeper", "session": "s", "kind": "note", "content": f"before {w1}"}])
+        wait_for(lambda: found(searcher(gw), w1), "the first event")
+        assert searcher(gw).status()["stats"]["rebuilds"] == 1  # an empty store: built from nothing once
+    finally:
+        gw.stop()  # a clean stop publishes a final snapshot
+    # an event acknowledged while no gateway indexes: only the log has it
+    gw.start()
+    try:
+        client = searcher(gw)
+        wait_for(lambda: found(client, w1), "the first event after the restart")
+        BioClient(gw.endpoint, gw.access_key, gw.secret_key).put_events(
+            [{"agent": "keeper", "session": "s", "kind": "note", "content": f"after {w2}"}])
+        wait_for(lambda: found(client, w2), "the event written after the restart")
+        status = client.status()
+        assert status["stats"]["started_from"] == "snapshot"
+        assert status["stats"]["restores"] >= 1 and status["stats"]["rebuilds"] == 0
+        assert status["role"] == "writer" and status["snapshot"]["seq"] >= 2
+        assert client.search("*", agent="keeper")["count"] == 2
+    finally:
+        gw.stop()
+
+
+def test_a_second_gateway_on_one_seaweedfs_bucket_answers_from_the_snapshot(tmp_path, seaweed):
+    prefix = f"search-{uuid.uuid4().hex[:6]}"
+    args = ["--backend", f"s3://orgmem-upstream/{prefix}", "--backend-endpoint", seaweed.endpoint]
+    one = Gateway(tmp_path / "one", extra_args=args, env=seaweed.env).start()
+    kek = ["--kek", f"file:{tmp_path / 'one.keyring.json'}"]
+    two = None
+    try:
+        first = searcher(one)
+        wait_for(lambda: first.status()["role"] == "writer", "the first gateway writes the index")
+        two = Gateway(tmp_path / "two", extra_args=args + kek, env=seaweed.env).start()
+        w = word()
+        BioClient(two.endpoint, two.access_key, two.secret_key).put_events(
+            [{"agent": "pair", "session": "s", "kind": "note", "content": f"shared {w}"}])
+        wait_for(lambda: found(first, w), "the writer finds the event")
+        second = searcher(two)
+        result = wait_for(lambda: found(second, w), "the follower finds it in a snapshot")
+        assert result["index"]["role"] == "follower" and result["index"]["snapshot_age_seconds"] >= 0
+        assert result["hits"][0]["agent"] == "pair"
+        status = second.status()
+        assert status["role"] == "follower" and status["holder"] == first.status()["holder"]
+        with pytest.raises(AdminError) as refused:
+            second.rebuild()
+        assert refused.value.status == 409
+    finally:
+        one.stop()
+        if two is not None:
+            two.stop()
+
+
+# -- the commands -------------------------------------------------------------------------------------
+
+
+def test_search_and_index_commands(gw, root):
+    w = word()
+    MemoryClient(gw.endpoint, gw.access_key, gw.secret_key).put(
+        "org", uid("cli"), {"kind": "fact", "title": f"The {w} fact", "body": f"All about {w}."})
+    wait_for(lambda: found(root, w), "the document")
+    env = {**os.environ, "ORGMEM_ENDPOINT": gw.endpoint, "ORGMEM_ACCESS_KEY": gw.access_key,
+           "ORGMEM_SECRET_KEY": gw.secret_key, "COLUMNS": "200"}
+
+    def orgmem(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(BIN / "orgmem"), *args], env=env, capture_output=True, text=True,
+                              timeout=120)
+
+    out = orgmem("search", w, "--type", "memory")
+    assert out.returncode == 0, out.stderr
+    assert w in out.stdout and "memory" in out.stdout and "1 of 1" in out.stdout
+    bad = orgmem("search", "x", "--type", "nosuchtype")
+    assert bad.returncode == 1 and "InvalidQuery" in bad.stderr
+    status = orgmem("index", "status")
+    assert status.returncode == 0 and "writer" in status.stdout, status.stderr
+    rebuilt = orgmem("index", "rebuild")
+    assert rebuilt.returncode == 0 and "rebuilt in" in rebuilt.stdout, rebuilt.stderr
+    assert root.status()["stats"]["rebuilds"] >= 2
+    assert wait_for(lambda: found(root, w), "the document after the rebuild")["count"] == 1
