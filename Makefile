@@ -36,6 +36,7 @@ bench: $(STAMP) system-deps
 	$(PY) bench/s3_bench.py $(BENCH_ARGS)
 	$(PY) bench/seal_bench.py $(SEAL_BENCH_ARGS)
 	$(PY) bench/bio_bench.py $(filter --quick,$(BENCH_ARGS))
+	$(PY) bench/search_bench.py $(filter --quick,$(BENCH_ARGS))
 
 clean:
 	rm -rf $(VENV) orgmem-data

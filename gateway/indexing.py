@@ -67,7 +67,11 @@ POLL_INTERVAL = 2.0
 #: Seconds between renewals of the lease by its holder.
 RENEW_INTERVAL = 3.0
 #: Log objects one step reads at most.
-MAX_OBJECTS = 2000
+MAX_OBJECTS = 200
+#: Work one step does before it commits, so a backlog never hides new entries for long:
+#: seconds of applying, and records.
+STEP_SECONDS = 0.5
+STEP_RECORDS = 20_000
 #: Entries upserted per call during a rebuild.
 BATCH = 1000
 WRITER_HEAP = 64 * 1024 * 1024
@@ -232,7 +236,11 @@ class SearchIndex:
     def _consume(self, limit: int = MAX_OBJECTS) -> bool:
         """Apply the log past our positions to the writer; True when anything changed."""
         changed = False
+        deadline, records = time.monotonic() + STEP_SECONDS, 0
         for obj in self.log.reader.read_pending(self.positions, limit):
+            if records >= STEP_RECORDS or time.monotonic() > deadline:
+                break  # commit what we have; the next step goes on from here
+            records += len(obj.records)
             upserts, deletes = [], []
             for record in obj.records:
                 try:
