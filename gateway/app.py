@@ -158,12 +158,13 @@ class Gateway:
         """The search pipeline: read the log, commit, publish snapshots (or follow them)."""
         loop = asyncio.get_running_loop()
         while True:
+            backlog = False
             try:
-                await loop.run_in_executor(self.executor, self.search_index.step)
+                backlog = await loop.run_in_executor(self.executor, self.search_index.step)
             except Exception as exc:  # noqa: BLE001 - the next step retries
                 log.warning("index_step_failed", error=exc.__class__.__name__, detail=str(exc)[:200])
                 await asyncio.sleep(1)
-            await asyncio.sleep(INDEX_INTERVAL)
+            await asyncio.sleep(0 if backlog else INDEX_INTERVAL)
 
     def _close_index(self) -> None:
         try:

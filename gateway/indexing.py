@@ -66,8 +66,9 @@ PUBLISH_INTERVAL = 5.0
 POLL_INTERVAL = 2.0
 #: Seconds between renewals of the lease by its holder.
 RENEW_INTERVAL = 3.0
-#: Log objects one step reads at most.
-MAX_OBJECTS = 200
+#: Log objects one step reads at most (fetched at once; an object holds up to thousands of
+#: records, and they must fit the log reader's cache between two steps).
+MAX_OBJECTS = 32
 #: Work one step does before it commits, so a backlog never hides new entries for long:
 #: seconds of applying, and records.
 STEP_SECONDS = 0.5
@@ -102,6 +103,7 @@ class SearchIndex:
         self._dir: Path | None = None
         self._writer: IndexWriter | None = None
         self._searcher: IndexSearcher | None = None
+        self._backlog = False  # the last step left log records unread
         self._checkpoint = None
         self._published: Positions = {}
         self._dirty = False  # committed changes not yet in a snapshot
@@ -123,13 +125,15 @@ class SearchIndex:
             return "writer"
         return "follower" if self._searcher is not None else "starting"
 
-    def step(self) -> None:
-        """One turn of the pipeline; the gateway calls it every :data:`COMMIT_INTERVAL` s."""
+    def step(self) -> bool:
+        """One turn of the pipeline; the gateway calls it every :data:`COMMIT_INTERVAL` s, or
+        at once again while it answers True (a backlog is left)."""
         if not self._step_lock.acquire(blocking=False):
-            return
+            return False
+        self._backlog = False
         try:
             if self._closed:
-                return
+                return False
             now = time.monotonic()
             if self._writer is None:
                 if now - self._last_try < POLL_INTERVAL and self._searcher is not None:
@@ -140,12 +144,12 @@ class SearchIndex:
                     self._take_over()
                 else:
                     self._follow()
-                return
+                return False
             if now - self._last_renew >= RENEW_INTERVAL:
                 if not self.lease.acquire():
                     log.warning("index_lease_lost")
                     self._step_down()
-                    return
+                    return False
                 self._last_renew = now
             if self._rebuild_requested:
                 self._rebuild_requested = False
@@ -154,6 +158,7 @@ class SearchIndex:
                 self._commit()
             if self._dirty and time.monotonic() - self._last_publish >= PUBLISH_INTERVAL:
                 self._publish()
+            return self._backlog
         finally:
             self._step_lock.release()
 
@@ -236,9 +241,13 @@ class SearchIndex:
     def _consume(self, limit: int = MAX_OBJECTS) -> bool:
         """Apply the log past our positions to the writer; True when anything changed."""
         changed = False
-        deadline, records = time.monotonic() + STEP_SECONDS, 0
+        deadline, records, objects = None, 0, 0
         for obj in self.log.reader.read_pending(self.positions, limit):
-            if records >= STEP_RECORDS or time.monotonic() > deadline:
+            objects += 1
+            if deadline is None:
+                deadline = time.monotonic() + STEP_SECONDS  # from the first object: fetching is not applying
+            elif records >= STEP_RECORDS or time.monotonic() > deadline:
+                self._backlog = True
                 break  # commit what we have; the next step goes on from here
             records += len(obj.records)
             upserts, deletes = [], []
@@ -259,6 +268,8 @@ class SearchIndex:
             changed = changed or bool(upserts or deletes)
             if not (upserts or deletes):
                 self._dirty = True  # positions moved: the next snapshot says so
+        if objects >= limit:
+            self._backlog = True  # the log may hold more than one step reads
         return changed
 
     def _apply(self, upserts: list, deletes: list) -> None:
