@@ -262,7 +262,9 @@ def memory_docs(gen: bb.EventGen, n: int) -> list[tuple[str, str, dict]]:
     out = []
     for i in range(n):
         scope = MEMORY_SCOPES[i % len(MEMORY_SCOPES)]
-        doc = {"kind": rng.choice(MEMORY_KINDS), "title": gen.prose(rng.randint(30, 90)).rstrip(".")[:200],
+        # the generated prose can come out as punctuation only: a title must say something
+        title = gen.prose(rng.randint(30, 90)).rstrip(".")[:200].strip() or f"Memory {i}"
+        doc = {"kind": rng.choice(MEMORY_KINDS), "title": title,
                "body": gen.prose(gen.size(400, 0.6, 80, 3000)),
                "tags": [f"area:{rng.choice(('ci', 'deploy', 'search', 'billing', 'docs'))}"]}
         if rng.random() < 0.3:
