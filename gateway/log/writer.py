@@ -104,12 +104,9 @@ class LogWriter:
                 raise LogUnavailable("the log is shutting down")
             self._waiters.append(waiter)
             self._cond.notify_all()
-        if not waiter.done.wait(timeout):
-            raise LogUnavailable("the log did not commit in time")
-        if waiter.error is not None:
-            raise waiter.error
-        assert waiter.position is not None
-        return waiter.position
+        position = self._wait(waiter, timeout)
+        assert position is not None
+        return position
 
     def append_nowait(self, records: list[Record]) -> None:
         """Buffer ``records``; they are committed within ``flush_interval`` seconds.
@@ -147,6 +144,11 @@ class LogWriter:
                     raise LogUnavailable("the log is shutting down")
             self._waiters.append(waiter)
             self._cond.notify_all()
+        return self._wait(waiter, timeout)
+
+    @staticmethod
+    def _wait(waiter: _Waiter, timeout: float) -> Position | None:
+        """The commit's answer to a queued waiter: where it went, or its error."""
         if not waiter.done.wait(timeout):
             raise LogUnavailable("the log did not commit in time")
         if waiter.error is not None:
