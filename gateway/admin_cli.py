@@ -8,7 +8,7 @@ the command line where ``ps`` would show them.
 Output is a readable table by default; ``--json`` prints machine output on stdout only.
 Errors go to stderr as ``error: <code>: <message>`` with exit code 1 (2 for usage errors,
 3 for ``policy simulate`` when the request would be denied).  Secret keys are printed by
-``agent create``, ``key create`` and ``key rotate`` only.
+``agent create``, ``key create``, ``key rotate`` and ``sandbox-credentials`` only.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import sys
 import time
@@ -276,6 +277,11 @@ def _show_agent(a: Mapping[str, Any]) -> None:
                                k.get("expires_at")) for k in keys)))
     else:
         console.print("no active keys")
+    sandbox = a.get("temporary_keys") or []
+    if sandbox:
+        console.print(_table(("SANDBOX KEY", "CREATED", "EXPIRES", "SESSION POLICY"),
+                             ((k.get("access_key"), k.get("created_at"), k.get("expires_at"),
+                               _session_policy(k)) for k in sandbox), title="sandbox credentials"))
 
 
 @agent.command("create")
@@ -399,6 +405,78 @@ def key_revoke(access_key: str, as_json: bool) -> None:
     if as_json:
         return _print_json({"access_key": access_key, "revoked": True})
     click.echo(f"Key {access_key} revoked.")
+
+
+# --------------------------------------------------------------------------- sandbox credentials
+
+#: The variables ``--format env`` exports: boto3, the aws cli and orgmem's own commands read them.
+_ENV_NAMES = (("AWS_ACCESS_KEY_ID", "access_key"), ("AWS_SECRET_ACCESS_KEY", "secret_key"),
+              ("ORGMEM_ACCESS_KEY", "access_key"), ("ORGMEM_SECRET_KEY", "secret_key"))
+
+
+def _session_policy(creds: Mapping[str, Any]) -> str | None:
+    return "(inline)" if creds.get("inline_policy") else creds.get("policy")
+
+
+def _print_sandbox_env(creds: Mapping[str, Any]) -> None:
+    """``export`` lines only on stdout, so ``eval "$(orgmem admin sandbox-credentials ...)"`` works."""
+    for name, field in _ENV_NAMES:
+        click.echo(f"export {name}={shlex.quote(str(creds[field]))}")
+    click.echo(f"# sandbox credentials of {creds['agent']} expire at {creds['expires_at']}", err=True)
+
+
+def _print_sandbox_text(creds: Mapping[str, Any], ttl: int) -> None:
+    # Plain echo, not rich: a secret must never be wrapped, folded or styled.
+    click.echo(f"Sandbox credentials for {creds['agent']}, valid for {_human_duration(ttl)}.")
+    click.echo(f"  access key:     {creds['access_key']}")
+    click.echo(f"  secret key:     {creds['secret_key']}")
+    click.echo(f"  expires at:     {creds['expires_at']}")
+    session = _session_policy(creds) or "- (the agent's own rights)"
+    click.echo(f"  session policy: {session}")
+    click.echo("Store the secret key now: it cannot be shown again.", err=True)
+
+
+def _human_duration(seconds: int) -> str:
+    """3600 -> 1h, 5400 -> 1h30m: the way --ttl is written."""
+    parts, rest = [], seconds
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if rest >= size:
+            parts.append(f"{rest // size}{unit}")
+            rest %= size
+    return "".join(parts) or "0s"
+
+
+@admin.command("sandbox-credentials")
+@click.option("--agent", "agent_name", required=True, metavar="AGENT",
+              help="The agent whose rights the credentials carry.")
+@click.option("--ttl", type=Duration(), required=True,
+              help="How long they work: 90s, 15m, 1h, 2d or seconds (1 second to 7 days).")
+@click.option("--policy", "policy_name", metavar="POLICY",
+              help="Narrow them to what this named policy also allows (a session policy).")
+@click.option("--policy-file", type=click.File("rb"), metavar="FILE",
+              help="Narrow them by an inline IAM JSON policy in FILE (- reads stdin).")
+@click.option("--format", "output", type=click.Choice(["text", "env", "json"]), default="text",
+              show_default=True, help="text for a person, env for `eval`, json for programs.")
+@json_option
+def sandbox_credentials(agent_name: str, ttl: int, policy_name: str | None, policy_file,
+                        output: str, as_json: bool) -> None:
+    """Issue temporary keys for a sandbox: the agent's rights, expiring by themselves.
+
+    Requests made with them are allowed only when the agent's policies allow them and,
+    with --policy or --policy-file, that session policy allows them too.  After the TTL
+    they are refused with ExpiredToken.  The secret is shown only once.
+    """
+    if as_json and output not in ("text", "json"):
+        raise click.UsageError("give --json or --format, not both")
+    if policy_name and policy_file:
+        raise click.UsageError("give --policy or --policy-file, not both")
+    document = policy_file.read() if policy_file else None
+    creds = _client().sandbox_credentials(agent_name, ttl, policy=policy_name, policy_document=document)
+    if as_json or output == "json":
+        return _print_json(creds, secrets=True)
+    if output == "env":
+        return _print_sandbox_env(creds)
+    _print_sandbox_text(creds, ttl)
 
 
 # --------------------------------------------------------------------------- teams

@@ -110,6 +110,17 @@ def _query_string(query: Mapping[str, str | int | bool | None] | None) -> str:
     return "&".join(parts)
 
 
+def _policy_object(document: bytes | str | Mapping[str, Any]) -> Any:
+    """An inline policy as JSON to embed in a request body; text that is not JSON is refused
+    here, since it cannot travel inside the body (the gateway checks everything else)."""
+    if isinstance(document, Mapping):
+        return dict(document)
+    try:
+        return json.loads(document)
+    except ValueError as exc:
+        raise AdminError(0, "MalformedPolicyDocument", f"the policy is not valid JSON: {exc}") from None
+
+
 class AdminClient:
     """Typed calls to /admin/v1, one method per route, returning the parsed JSON."""
 
@@ -298,7 +309,21 @@ class AdminClient:
         return self._call("POST", "agents", name, "keys", "rotate", payload=payload)
 
     def revoke_key(self, access_key: str) -> None:
+        """Revoke a key now: a lasting one or sandbox credentials."""
         self._call("DELETE", "keys", access_key)
+
+    def sandbox_credentials(self, agent: str, ttl_seconds: int, *, policy: str | None = None,
+                            policy_document: bytes | str | Mapping[str, Any] | None = None) -> JSON:
+        """Temporary keys of ``agent`` that expire after ``ttl_seconds`` (1 second to 7 days).
+
+        They may do what the agent may do, narrowed by the named ``policy`` or an inline
+        ``policy_document`` if given.  Returns ``{"agent", "access_key", "secret_key",
+        "expires", "expires_at", "policy", "inline_policy"}``; the secret is shown once.
+        """
+        payload: JSON = {"ttl_seconds": ttl_seconds, "policy": policy}
+        if policy_document is not None:
+            payload["policy_document"] = _policy_object(policy_document)
+        return self._call("POST", "agents", agent, "sandbox-credentials", payload=payload)
 
     # ------------------------------------------------------------------ teams
 

@@ -15,6 +15,7 @@ from .api import context as context_api
 from .api import memory as memory_api
 from .api import search as search_api
 from .api import skills as skills_api
+from .api import vault as vault_api
 from .api.admin import PREFIX as ADMIN_PREFIX
 from .api.admin import build_router
 from .api.rest import RestApp
@@ -45,6 +46,7 @@ from .s3.server import S3App
 from .sealing import seal
 from .search.entries import Sources
 from .search.tokens import AccessTokens
+from .secret_store.service import Secrets
 from .segments.compactor import CONSUMER as COMPACTOR
 from .segments.compactor import Compactor
 from .segments.files import SegmentFiles
@@ -57,6 +59,9 @@ REST_PREFIX = "/v1/"
 UPLOAD_SWEEP_SECONDS = 3600
 #: How often the identities document is checked for changes made by other gateways.
 IDENTITY_REFRESH_SECONDS = 1.0
+#: How often the vault's values (redacted from biographies) are checked for changes made by
+#: other gateways; this gateway's own writes take effect at once.
+SECRET_REFRESH_SECONDS = 5.0
 
 
 @dataclass
@@ -73,6 +78,7 @@ class Gateway:
     durable_log: DurableLog
     biographies: Biographies
     search_index: SearchIndex
+    secrets: Secrets
 
     @cached_property
     def compaction_lease(self) -> Lease:
@@ -122,7 +128,8 @@ class Gateway:
                 self.audit.start()
                 self.durable_log.start()
                 sweeper = asyncio.gather(self._sweep_uploads(), self._flush_logs(),
-                                         self._refresh_identities(), self._compact(), self._index())
+                                         self._refresh_identities(), self._compact(), self._index(),
+                                         self._refresh_secrets())
                 await send({"type": "lifespan.startup.complete"})
             elif message["type"] == "lifespan.shutdown":
                 if sweeper:
@@ -153,6 +160,16 @@ class Gateway:
                 await loop.run_in_executor(self.executor, self.identities.refresh)
             except Exception as exc:  # noqa: BLE001 - keep serving with what we have
                 log.warning("identities_refresh_failed", error=exc.__class__.__name__)
+
+    async def _refresh_secrets(self) -> None:
+        """Keep the redactor's vault values current with other gateways' writes and destroys."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await loop.run_in_executor(self.executor, self.secrets.refresh_values)
+            except Exception as exc:  # noqa: BLE001 - keep the values we have; retry later
+                log.warning("secret_values_refresh_failed", error=exc.__class__.__name__)
+            await asyncio.sleep(SECRET_REFRESH_SECONDS)
 
     async def _index(self) -> None:
         """The search pipeline: read the log, commit, publish snapshots (or follow them)."""
@@ -245,7 +262,9 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
                     skills=skills)
     s3 = S3App(ctx, authenticator, executor, authorizer, recorder, domain=config.domain,
                body_timeout=config.body_timeout, inline_io=config.backend == "local")
-    router = build_router(identities, authorizer, audit, metrics, KeyRotation(store))
+    secrets = Secrets(store, store.keys, on_values=biographies.redactor.replace_values)
+    router = build_router(identities, authorizer, audit, metrics, KeyRotation(store, secrets))
+    vault_api.add_routes(router, secrets)
     bio_api.add_routes(router, biographies)
     memory_api.add_routes(router, memory, identities)
     skills_api.add_routes(router, skills)
@@ -258,4 +277,4 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     context_api.add_routes(router, packs)
     rest = RestApp(router, authenticator, authorizer, recorder, executor)
     return Gateway(config, store, s3, rest, identities, audit, executor, durable_log, biographies,
-                   search_index)
+                   search_index, secrets)

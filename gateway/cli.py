@@ -14,6 +14,7 @@ from .bio_cli import bio
 from .config import Config
 from .context_cli import context
 from .memory_cli import memory
+from .run_cli import run
 from .search_cli import index, search
 from .skills_cli import skills
 from .vault_cli import vault
@@ -96,6 +97,7 @@ main.add_command(memory)
 main.add_command(skills)
 main.add_command(context)
 main.add_command(search), main.add_command(index)
+main.add_command(run)
 
 if __name__ == "__main__":
     main()

@@ -44,6 +44,10 @@ class Outcome:
     items_denied: int = 0
     #: changes (deletes, admin and IAM changes) are audited durably before the response
     durable: bool = False
+    #: withhold the answer (503) when its audit record cannot be made durable (the vault)
+    audit_or_fail: bool = False
+    #: the secret version the request read or wrote, for the audit record
+    version: int | None = None
     recorded: bool = False
 
 
@@ -52,7 +56,8 @@ class Recorder:
         self.audit = audit
         self.metrics = metrics
 
-    def record(self, outcome: Outcome, seconds: float, durable: bool = False) -> None:
+    def record(self, outcome: Outcome, seconds: float, durable: bool = False) -> bool:
+        """Audit and count one request; False when a durable record could not be stored."""
         outcome.recorded = True
         allowed = outcome.decision is not None and outcome.decision.allowed
         record = AuditRecord(
@@ -64,14 +69,14 @@ class Recorder:
             status=outcome.status, bytes_in=outcome.bytes_in, bytes_out=outcome.bytes_out,
             remote_addr=outcome.client_ip,
             user_agent=scrub_user_agent(outcome.headers.get("user-agent")),
-            error=outcome.error)
-        if durable:
-            self.audit.record_durable(record)
-        else:
+            error=outcome.error, version=outcome.version)
+        stored = self.audit.record_durable(record) if durable else True
+        if not durable:
             self.audit.record(record)
         self.metrics.observe(outcome.operation or "Unknown", outcome.status, seconds,
                              outcome.bytes_in, outcome.bytes_out,
                              denied=outcome.decision is not None and not allowed)
+        return stored
 
 
 def claimed_key(outcome: Outcome) -> str | None:
@@ -85,6 +90,6 @@ def claimed_key(outcome: Outcome) -> str | None:
 def _reason(outcome: Outcome) -> str:
     if outcome.decision is not None:
         return decision_reason(outcome.decision, outcome.items_denied)
-    if outcome.principal is None or outcome.principal.disabled:
+    if outcome.principal is None or outcome.principal.disabled or outcome.error == "ExpiredToken":
         return f"authentication: {outcome.error or 'failed'}"
     return f"rejected before authorization: {outcome.error or 'invalid request'}"

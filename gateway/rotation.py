@@ -22,6 +22,7 @@ from io import BytesIO
 import orjson
 
 from .sealing import UNSEALED_PREFIX, read_internal, sealed_objects
+from .secret_store.service import Secrets
 from .store.base import INTERNAL_BUCKET, NoSuchKey, ObjectMeta, StoreError
 from .store.sealed import SealedStore
 
@@ -52,8 +53,10 @@ class RewrapBatch:
 
 
 class KeyRotation:
-    def __init__(self, sealed: SealedStore) -> None:
+    def __init__(self, sealed: SealedStore, secrets: Secrets | None = None) -> None:
         self.sealed = sealed
+        #: the vault's secrets carry a data key of their own each, rewrapped here too
+        self.secrets = secrets
         self._lock = threading.Lock()  # one rewrap batch at a time
 
     @property
@@ -68,10 +71,13 @@ class KeyRotation:
             counts["unsealed" if found is None else
                    (str(found[1]) if found[0] == self.keys.kek_id else f"{found[0]}#{found[1]}")] += 1
         retired = getattr(self.keys, "retired_versions", lambda: [])()
+        secrets = self.secrets.kek_versions() if self.secrets else Counter()
         return {"kek_id": self.keys.kek_id, "primary": self.keys.primary_version(),
                 "versions": self.keys.versions(), "retired": retired,
                 "objects_by_version": dict(sorted(counts.items())),
-                "total": sum(counts.values())}
+                "total": sum(counts.values()),
+                "secrets_by_version": dict(sorted(secrets.items())),
+                "secrets_total": sum(secrets.values())}
 
     def rotate(self) -> int:
         rotate = getattr(self.keys, "rotate", None)
@@ -91,10 +97,13 @@ class KeyRotation:
             raise RotationError(f"there is no KEK version {version}", code="NoSuchEntity", status=404)
         if version == self.keys.primary_version():
             raise RotationError(f"version {version} is the primary: rotate first, then rewrap")
-        in_use = self.status()["objects_by_version"].get(str(version), 0)
-        if in_use:
-            raise RotationError(f"{in_use} objects are still sealed under version {version}: run "
-                                "`orgmem vault rewrap` first", code="DeleteConflict", status=409)
+        status = self.status()
+        in_use = status["objects_by_version"].get(str(version), 0)
+        secrets = status["secrets_by_version"].get(str(version), 0)
+        if in_use or secrets:
+            raise RotationError(f"{in_use} objects and {secrets} secret versions are still sealed "
+                                f"under version {version}: run `orgmem vault rewrap` first",
+                                code="DeleteConflict", status=409)
         retire(version)
         return {"retired": version, "primary": self.keys.primary_version()}
 
@@ -115,6 +124,9 @@ class KeyRotation:
                 self._save_checkpoint(batch[-1])
                 return RewrapBatch(len(batch), rewrapped, False, batch[-1])
             self._clear_checkpoint()
+            # the objects are done; the secrets' own data keys follow (a few per secret)
+            if self.secrets is not None:
+                rewrapped += self.secrets.rewrap()
             return RewrapBatch(len(batch), rewrapped, True, None)
 
     def _rewrap_one(self, name: tuple[str, str]) -> int:

@@ -39,6 +39,7 @@ from gateway.store.local import LocalStore
 SPEC_FIELDS = [
     "time", "request_id", "principal", "access_key", "action", "resource", "operation", "decision",
     "reason", "status", "bytes_in", "bytes_out", "remote_addr", "user_agent", "error",
+    "version",
 ]
 
 

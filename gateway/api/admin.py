@@ -1,4 +1,5 @@
-"""The admin API (``/admin/v1``): principals, keys, teams, policies, simulation, audit.
+"""The admin API (``/admin/v1``): principals, keys, sandbox credentials, teams, policies,
+simulation, audit.
 
 Thin: parse the body into a pydantic model, call the identity service, shape
 the JSON. The route table is the place to read which action each call needs.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +17,7 @@ from ..iam import actions, audit
 from ..iam.authz import Authorizer
 from ..iam.identities import DEFAULT_POLICIES, IdentityStore
 from ..iam.model import iso
+from ..iam.principals import Principal
 from ..metrics import CONTENT_TYPE, Metrics
 from ..rotation import KeyRotation
 from . import kek
@@ -35,6 +37,15 @@ class NewAgent(_Body):
     kind: Literal["agent", "human"] = "agent"
     teams: list[str] = Field(default_factory=list, max_length=100)
     policies: list[str] | None = Field(default=None, max_length=20)
+
+
+class SandboxRequest(_Body):
+    """Strict integer seconds: "3600" or 1.5 is refused rather than guessed at; the range is
+    checked by the identity service, whose message names the bounds."""
+
+    ttl_seconds: int = Field(strict=True)
+    policy: str | None = None
+    policy_document: dict[str, Any] | None = None
 
 
 class Rotation(_Body):
@@ -90,6 +101,10 @@ def build_router(identities: IdentityStore, authorizer: Authorizer, audit_log: a
     add("POST", f"{p}/agents/{{name}}/keys", "CreateKey", "admin:CreateKey", _arn("agent"), api.create_key)
     add("POST", f"{p}/agents/{{name}}/keys/rotate", "RotateKey", "admin:RotateKey", _arn("agent"),
         api.rotate_key)
+    # Sandbox credentials are keys of the agent, narrower and shorter-lived: issuing them is
+    # CreateKey on the agent, and a session policy needs no right of its own (it only narrows).
+    add("POST", f"{p}/agents/{{name}}/sandbox-credentials", "CreateSandboxCredentials",
+        "admin:CreateKey", _arn("agent"), api.create_sandbox_credentials)
     add("DELETE", f"{p}/keys/{{key}}", "RevokeKey", "admin:RevokeKey", api.key_owner_arn, api.revoke_key)
     add("GET", f"{p}/teams", "ListTeams", "admin:ListTeams", _fixed("team/*"), api.list_teams)
     add("POST", f"{p}/teams", "CreateTeam", "admin:CreateTeam", api.new_team_arn, api.create_team,
@@ -139,7 +154,8 @@ class AdminApi:
         p = call.principal
         policies = [] if p.is_root else self.identities.attached_policy_names(p.name)
         return Reply(data={"name": p.name, "kind": p.kind, "teams": list(p.teams),
-                           "policies": policies, "is_root": p.is_root})
+                           "policies": policies, "is_root": p.is_root,
+                           "expires_at": iso(p.expires_at), "session_policy": _session_label(p)})
 
     def list_agents(self, call: Call) -> Reply:
         return Reply(data={"agents": self.identities.list_agents()})
@@ -164,11 +180,13 @@ class AdminApi:
         return Reply(data=self.identities.set_disabled(call.params["name"], False))
 
     def create_key(self, call: Call) -> Reply:
+        _refuse_temporary_caller(call)
         key = self.identities.create_key(call.params["name"])
         return Reply(201, {"name": call.params["name"], "access_key": key.access_key,
                            "secret_key": key.secret_key})
 
     def rotate_key(self, call: Call) -> Reply:
+        _refuse_temporary_caller(call)
         body = call.model(Rotation) if call.body.strip() else Rotation()
         old, new = self.identities.rotate_key(call.params["name"], body.access_key, body.grace_seconds)
         return Reply(201, {"name": call.params["name"], "access_key": new.access_key,
@@ -178,6 +196,16 @@ class AdminApi:
     def revoke_key(self, call: Call) -> Reply:
         self.identities.revoke_key(call.params["key"])
         return Reply(204)
+
+    def create_sandbox_credentials(self, call: Call) -> Reply:
+        _refuse_temporary_caller(call)
+        body = call.model(SandboxRequest)
+        name = call.params["name"]
+        key = self.identities.create_sandbox_credentials(name, body.ttl_seconds, body.policy,
+                                                         body.policy_document)
+        return Reply(201, {"agent": name, "access_key": key.access_key, "secret_key": key.secret_key,
+                           "expires": int(key.expires_at), "expires_at": iso(key.expires_at),
+                           "policy": key.policy, "inline_policy": key.policy_document is not None})
 
     # -- teams ---------------------------------------------------------------------
 
@@ -265,6 +293,20 @@ class AdminApi:
 
     def metrics(self, call: Call) -> Reply:
         return Reply(raw=self._metrics.render(), content_type=CONTENT_TYPE)
+
+
+def _refuse_temporary_caller(call: Call) -> None:
+    """Sandbox credentials must not mint keys: a lasting key, or fresh sandbox credentials,
+    would outlive the expiry that is the point of them."""
+    if call.principal.temporary:
+        raise ApiError("AccessDenied", "Sandbox credentials cannot create access keys or sandbox "
+                       "credentials; ask with the agent's own keys or an administrator's.", 403)
+
+
+def _session_label(principal: Principal) -> str | None:
+    """The session policy's name, or ``(inline)``, which no policy can be named."""
+    policy = principal.session_policy
+    return "(inline)" if policy and policy.startswith("inline:") else policy
 
 
 def _body_object(call: Call) -> dict:

@@ -59,6 +59,8 @@ class Call:
     permits: Callable[[str, str], bool] = field(default=lambda action, resource: False)
     #: the request headers, lowercase names (If-Match ...)
     headers: dict[str, str] = field(default_factory=dict)
+    #: the version the call read or wrote, for its audit record (vault secrets)
+    version: int | None = None
 
     def json(self) -> Any:
         if not self.body.strip():
@@ -119,6 +121,8 @@ class Route:
     durable: bool = False
     also: AlsoNeeds | None = None
     max_body: int = MAX_BODY
+    #: answer 503 rather than the reply when its audit record cannot be made durable
+    audit_or_fail: bool = False
 
 
 @dataclass
@@ -127,10 +131,13 @@ class Router:
 
     def add(self, method: str, path: str, operation: str, action: str | None, resource: ResourceOf,
             handler: Handler, durable: bool | None = None, also: AlsoNeeds | None = None,
-            max_body: int = MAX_BODY) -> None:
-        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", path) + "$")
+            max_body: int = MAX_BODY, audit_or_fail: bool = False) -> None:
+        """``{name}`` matches one path segment, ``{name:path}`` one or more (slashes included)."""
+        pattern = re.sub(r"\{(\w+):path\}", r"(?P<\1>.+)", path)
+        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
         self.routes.append(Route(method, regex, operation, action, resource, handler,
-                                 method != "GET" if durable is None else durable, also, max_body))
+                                 method != "GET" if durable is None else durable, also, max_body,
+                                 audit_or_fail))
 
     def body_limit(self, method: str, path: str) -> int:
         """The largest body the route takes (the default for paths no route takes)."""
@@ -213,7 +220,11 @@ class RestApp:
         if outcome.durable:
             outcome.status = reply.status
             outcome.bytes_out = len(reply.payload())
-            self.recorder.record(outcome, time.perf_counter() - started, durable=True)
+            stored = self.recorder.record(outcome, time.perf_counter() - started, durable=True)
+            if not stored and outcome.audit_or_fail:
+                reply = Reply(503, {"error": {"code": "ServiceUnavailable", "message": (
+                    "The audit log cannot record this request right now, so its answer is "
+                    "withheld; try again shortly.")}})
         return reply
 
     def _dispatch(self, scope: dict, body: bytes, outcome: Outcome, auth=None) -> Reply:
@@ -225,6 +236,7 @@ class RestApp:
         outcome.principal = auth.principal
         route, params = self.router.match(scope["method"], scope["path"])
         outcome.operation, outcome.action, outcome.durable = route.operation, route.action, route.durable
+        outcome.audit_or_fail = route.audit_or_fail
         call = Call(auth.principal, params, dict(pairs), body, outcome.client_ip, outcome.request_id,
                     headers=outcome.headers)
         outcome.resource = route.resource(call)
@@ -248,7 +260,10 @@ class RestApp:
                 outcome.decision, outcome.action, outcome.resource = decision, action, resource
                 raise ApiError("AccessDenied", denial_message(auth.principal, action, resource, decision),
                                403)
-        return route.handler(call)
+        try:
+            return route.handler(call)
+        finally:
+            outcome.version = call.version
 
     def _permits(self, outcome: Outcome, principal: Principal, action: str, resource: str,
                  context: dict) -> bool:

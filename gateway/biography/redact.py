@@ -55,7 +55,9 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
+import ahocorasick
 import orjson
 
 #: Every type that can appear in a marker, with an (obviously fake) example of what it catches.
@@ -555,16 +557,41 @@ def find_spans(text: str, nested_only: bool = False) -> list[Span]:
 
 @dataclass(frozen=True)
 class _Values:
-    """An immutable snapshot of the exact values to redact, swapped whole on change."""
+    """An immutable snapshot of the exact values to redact, swapped whole on change.
 
-    values: tuple[str, ...] = ()  # longest first
-    pattern: re.Pattern[str] | None = None
+    An Aho-Corasick automaton finds all of them in one pass over the text, whatever their
+    number: a vault with thousands of secrets costs each event one scan, not one per secret.
+    """
+
+    values: tuple[str, ...] = ()
+    automaton: Any = None
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Leftmost-longest, non-overlapping occurrences, outside existing markers."""
+        if self.automaton is None:
+            return []
+        found = sorted(((end - len(v) + 1, end + 1) for end, v in self.automaton.iter(text)),
+                       key=lambda span: (span[0], -span[1]))
+        if not found:
+            return []
+        markers = [m.span() for m in MARKER_RE.finditer(text)] if "[REDACTED:" in text else []
+        out: list[tuple[int, int]] = []
+        pos = 0
+        for start, end in found:
+            if start >= pos and not any(s < end and start < e for s, e in markers):
+                out.append((start, end))
+                pos = end
+        return out
 
 
-def _values_pattern(values: tuple[str, ...]) -> re.Pattern[str]:
-    """Existing markers first (kept as they are), then the values, longest first."""
-    alternatives = "|".join(re.escape(v) for v in values)
-    return re.compile(rf"(?P<marker>{MARKER_RE.pattern})|{alternatives}")
+def _automaton(values: tuple[str, ...]) -> Any:
+    if not values:
+        return None
+    automaton = ahocorasick.Automaton()
+    for value in values:
+        automaton.add_word(value, value)
+    automaton.make_automaton()
+    return automaton
 
 
 class Redactor:
@@ -592,13 +619,19 @@ class Redactor:
         Values shorter than ``MIN_VALUE_LEN`` are ignored. The matcher is rebuilt under a
         lock and swapped in whole, so a concurrent scan sees either the old or the new set.
         """
-        new = {v for v in values if isinstance(v, str) and len(v) >= MIN_VALUE_LEN}
         with self._lock:
-            current = set(self._values.values)
-            if new <= current:
-                return
-            merged = tuple(sorted(new | current, key=lambda v: (-len(v), v)))
-            self._values = _Values(merged, _values_pattern(merged))
+            self._install(set(self._values.values) | _usable(values))
+
+    def replace_values(self, values: Iterable[str]) -> None:
+        """Redact exactly these values from now on (a destroyed secret stops being one)."""
+        with self._lock:
+            self._install(_usable(values))
+
+    def _install(self, values: set[str]) -> None:
+        if values == set(self._values.values):
+            return
+        ordered = tuple(sorted(values, key=lambda v: (-len(v), v)))
+        self._values = _Values(ordered, _automaton(ordered))
 
     def redact_text(self, text: str) -> tuple[str, int]:
         """``text`` with every secret replaced by its marker, and the number replaced."""
@@ -652,19 +685,10 @@ class Redactor:
         return "".join(parts)
 
     def _redact_values(self, text: str) -> tuple[str, int]:
-        snap = self._values
-        if snap.pattern is None or not any(v in text for v in snap.values):
+        spans = self._values.spans(text)
+        if not spans:
             return text, 0
-        hits = 0
-
-        def replace(m: re.Match[str]) -> str:
-            nonlocal hits
-            if m.group("marker"):
-                return m.group()
-            hits += 1
-            return self.marker("vault", m.group())
-
-        return snap.pattern.sub(replace, text), hits
+        return self._apply(text, [(start, end, "vault") for start, end in spans]), len(spans)
 
     def _plan(self, leaves: list[str], keyed: dict[int, str]) -> dict[int, tuple[str, int]]:
         """New text and hit count for each leaf that changes, from one scan of all leaves.
@@ -697,14 +721,15 @@ class Redactor:
 
     def _vault_leaves(self, joined: str, starts: list[int]) -> set[int]:
         """Indices of the leaves that contain a registered exact value."""
-        snap = self._values
-        if snap.pattern is None or not any(v in joined for v in snap.values):
-            return set()
-        return {bisect_right(starts, m.start()) - 1 for m in snap.pattern.finditer(joined)}
+        return {bisect_right(starts, start) - 1 for start, _ in self._values.spans(joined)}
 
     def _redact_assigned(self, key: str, value: str) -> tuple[str, int]:
         spans = assigned_value_spans(key, value, 0, len(value))
         return (self._apply(value, spans), len(spans)) if spans else (value, 0)
+
+
+def _usable(values: Iterable[str]) -> set[str]:
+    return {v for v in values if isinstance(v, str) and len(v) >= MIN_VALUE_LEN}
 
 
 def _collect(value: object, key: object, leaves: list[str], keyed: dict[int, str]) -> None:

@@ -130,6 +130,8 @@ class AuditRecord:
     remote_addr: str
     user_agent: str | None = None
     error: str | None = None
+    #: the version a vault operation read or wrote (secrets); None elsewhere
+    version: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The record as written: a JSON-ready dict, keys in contract order."""
@@ -149,6 +151,7 @@ class AuditRecord:
             "remote_addr": self.remote_addr,
             "user_agent": self.user_agent,
             "error": self.error,
+            "version": self.version,
         }
 
     def to_json(self) -> bytes:

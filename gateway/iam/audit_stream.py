@@ -50,6 +50,7 @@ AUDIT_SCHEMA = pa.schema(
         _f("remote_addr", pa.string(), "The client's address."),
         _f("user_agent", pa.string(), "The client's User-Agent, at most 512 characters."),
         _f("error", pa.string(), "The error code answered, if any."),
+        _f("version", pa.int64(), "The secret version a vault request read or wrote; null elsewhere."),
     ],
     metadata={
         "orgmem.format_version": str(FORMAT_VERSION),
@@ -153,6 +154,9 @@ def write_table(table: pa.Table, sink: io.BytesIO) -> None:
     """One segment's Parquet: zstd, dictionary pages for the repetitive columns, statistics
     on the columns queries filter by, a page index, the sort order declared."""
     if not table.schema.equals(AUDIT_SCHEMA, check_metadata=True):
+        for f in AUDIT_SCHEMA:  # a segment written before the field existed
+            if f.name not in table.column_names:
+                table = table.append_column(f.name, pa.nulls(table.num_rows, f.type))
         table = table.select(FIELDS).cast(AUDIT_SCHEMA)
     with pq.ParquetWriter(
         sink, AUDIT_SCHEMA,

@@ -4,6 +4,10 @@ Three ways to prove an identity, checked in this order: a presigned URL, a
 SigV4 Authorization header, and ``Authorization: Bearer <access>:<secret>`` for
 simple REST clients. The result names the principal; what it may do is for
 the policy engine that follows (the identities issue).
+
+Sandbox credentials expire by themselves: their expiry travels on the Principal
+and is compared with this clock at every request, so an expired key is refused
+(``ExpiredToken``) the moment it expires, whatever the identities document says.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from dataclasses import dataclass
 
 from ..s3 import sigv4
 from ..s3.sigv4 import AuthError, SigningContext
+from .model import iso
 from .principals import CredentialStore, Principal
 
 UNSIGNED = "UNSIGNED-PAYLOAD"
@@ -66,7 +71,7 @@ class Authenticator:
                headers: Mapping[str, str]) -> Authenticated:
         principal, secret = self._lookup(signed.access_key)
         context = sigv4.verify(signed, secret, method, raw_path, raw_query, headers, self._clock())
-        _check_enabled(principal)
+        self._check_usable(principal)
         return Authenticated(principal, signed.payload_hash, context)
 
     def _bearer(self, token: str) -> Authenticated:
@@ -77,14 +82,29 @@ class Authenticator:
         if not hmac.compare_digest(secret.encode("utf-8", "surrogateescape"), expected.encode()):
             raise AuthError("SignatureDoesNotMatch", "The secret key in the bearer token is not "
                             "the one for this access key.")
-        _check_enabled(principal)
+        self._check_usable(principal)
         return Authenticated(principal, UNSIGNED, None)
+
+    def _check_usable(self, principal: Principal) -> None:
+        """Checked after the signature, so only the key's holder learns why it is refused."""
+        _check_unexpired(principal, self._clock())
+        _check_enabled(principal)
+
+
+def _refuse(principal: Principal, code: str, message: str) -> None:
+    error = AuthError(code, message)
+    error.principal = principal  # the audit record names who was refused
+    raise error
+
+
+def _check_unexpired(principal: Principal, now: float) -> None:
+    """Sandbox credentials past their expiry; the message says what to do, and never the secret."""
+    if principal.expires_at is not None and now >= principal.expires_at:
+        _refuse(principal, "ExpiredToken", f"The access key {principal.access_key} expired at "
+                f"{iso(principal.expires_at)}; ask for new sandbox credentials.")
 
 
 def _check_enabled(principal: Principal) -> None:
-    """Checked after the signature, so only the key's holder learns the principal is disabled."""
     if principal.disabled:
-        error = AuthError("AccessDenied", f"The principal {principal.name} is disabled; an "
-                          "administrator can enable it again.")
-        error.principal = principal  # the audit record names who was refused
-        raise error
+        _refuse(principal, "AccessDenied", f"The principal {principal.name} is disabled; an "
+                "administrator can enable it again.")

@@ -3,7 +3,9 @@
 One service for every protocol: the S3 layer, the REST API and (later) MCP
 ask it the same question with AWS-style action names and ARNs. The root is
 never subject to policies; everyone else is denied unless a policy attached to
-them or to one of their teams allows, and an explicit deny always wins.
+them or to one of their teams allows, and an explicit deny always wins. Sandbox
+credentials with a session policy also need that policy's allow (the identity
+store hands out the intersected set, so this module needs no special case).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ def reason(decision: Decision, items_denied: int = 0) -> str:
 
 def denial_message(principal: Principal, action: str, resource: str, decision: Decision) -> str:
     """AWS's wording, which names the action and resource but not the policy text."""
-    why = ("with an explicit deny in an identity-based policy" if decision.decision == "explicit-deny"
-           else "because no identity-based policy allows the " + action + " action")
+    kind = "session policy" if decision.source == "session" else "identity-based policy"
+    article = "a" if decision.source == "session" else "an"
+    why = (f"with an explicit deny in {article} {kind}" if decision.decision == "explicit-deny"
+           else f"because no {kind} allows the {action} action")
     return f"User: {principal.name} is not authorized to perform: {action} on resource: {resource} {why}"

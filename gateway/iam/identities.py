@@ -8,12 +8,17 @@ ordinary object in the store, the sealing decorator of the encryption issue
 encrypts it, secret keys included, like everything else it stores.
 
 Every request consults this service, so lookups are in-memory dictionary reads;
-compiled policy sets are cached per principal and generation.
+compiled policy sets are cached per principal, session policy and generation.
+
+Sandbox credentials (``create_sandbox_credentials``) are temporary keys kept in the
+same document. Their expiry is checked by the authenticator at each request; expired
+ones are dropped from the document at its next change once a day has passed.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 import secrets
 import string
 import threading
@@ -36,7 +41,11 @@ from ..store.base import (
 )
 from .builtin import BUILTIN_POLICIES
 from .model import (
+    EXPIRED_SANDBOX_KEPT,
     KINDS,
+    SANDBOX_KEYS_MAX,
+    SANDBOX_TTL_MAX,
+    SANDBOX_TTL_MIN,
     AccessKey,
     Agent,
     CustomPolicy,
@@ -46,11 +55,12 @@ from .model import (
     IdentityError,
     NoSuchEntity,
     Team,
+    TemporaryKey,
     check_name,
     check_policy_name,
     iso,
 )
-from .policy import PolicyDocument, PolicyError, PolicySet, parse_policy
+from .policy import PolicyDocument, PolicyError, PolicySet, SessionPolicySet, parse_policy
 from .principals import Principal, RootCredentials
 
 DOCUMENT_KEY = "iam/identities.json"
@@ -66,6 +76,13 @@ def new_key_pair(now: float) -> AccessKey:
     return AccessKey(access, secrets.token_urlsafe(30)[:40], now)
 
 
+def new_temporary_key(now: float, expires_at: float, policy: str | None,
+                      document: dict | None) -> TemporaryKey:
+    """A sandbox key pair; ``OMS`` tells a person reading a log that the key is temporary."""
+    access = "OMS" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(17))
+    return TemporaryKey(access, secrets.token_urlsafe(30)[:40], now, expires_at, policy, document)
+
+
 class IdentityStore:
     """The CredentialStore of the authenticator, and the service behind the admin API."""
 
@@ -78,7 +95,8 @@ class IdentityStore:
         self._state = Identities()
         self._etag: str | None = None
         self._keys: dict[str, tuple[Agent, AccessKey]] = {}
-        self._compiled: dict[str, tuple[int, PolicySet]] = {}
+        self._temporary: dict[str, tuple[Agent, TemporaryKey]] = {}
+        self._compiled: dict[tuple[str, str | None], tuple[int, PolicySet | SessionPolicySet]] = {}
         self._documents: dict[str, PolicyDocument] = {}
         try:
             store.create_bucket(INTERNAL_BUCKET)
@@ -115,7 +133,9 @@ class IdentityStore:
                  documents: dict[str, PolicyDocument] | None = None) -> None:
         documents = documents if documents is not None else self._parse_all(state)
         self._keys = {k.access_key: (a, k) for a in state.agents.values() for k in a.keys}
+        self._temporary = {k.access_key: (a, k) for a in state.agents.values() for k in a.temporary_keys}
         self._documents = documents
+        self._compiled = {}  # keyed by generation anyway; dropping it keeps pruned keys' sets from piling up
         self._state, self._etag = state, etag
 
     def _parse_all(self, state: Identities) -> dict[str, PolicyDocument]:
@@ -123,17 +143,20 @@ class IdentityStore:
         parses (written by a newer gateway, or damaged) denies everything: failing closed
         keeps one bad document from stopping the gateway or widening anyone's rights."""
         documents = dict(_BUILTIN_DOCUMENTS)
-        for policy in state.policies.values():
-            previous = self._documents.get(policy.name)
-            if previous is not None and previous.source == policy.document:
-                documents[policy.name] = previous
+        stored = [(p.name, p.document) for p in state.policies.values()]
+        stored += [(k.session_policy(), k.policy_document) for a in state.agents.values()
+                   for k in a.temporary_keys if k.policy_document is not None]
+        for name, source in stored:
+            previous = self._documents.get(name)
+            if previous is not None and previous.source == source:
+                documents[name] = previous
                 continue
             try:
-                documents[policy.name] = parse_policy(orjson.dumps(policy.document))
+                documents[name] = parse_policy(orjson.dumps(source))
             except (PolicyError, TypeError) as exc:
-                log.error("policy_unusable", policy=policy.name, error=str(exc)[:300],
+                log.error("policy_unusable", policy=name, error=str(exc)[:300],
                           effect="denies everything until it is replaced")
-                documents[policy.name] = _DENY_ALL
+                documents[name] = _DENY_ALL
         return documents
 
     @property
@@ -141,10 +164,18 @@ class IdentityStore:
         return self._state.generation
 
     def lookup(self, access_key: str) -> tuple[Principal, str] | None:
-        """The principal and secret behind an access key; None if unknown or expired."""
+        """The principal and secret behind an access key; None if unknown or expired.
+
+        Expired sandbox credentials are the exception: still returned (with their expiry on
+        the principal) until pruned, so the authenticator can say ``ExpiredToken``.
+        """
         found = self._root.lookup(access_key)
         if found is not None:
             return found
+        temporary = self._temporary.get(access_key)
+        if temporary is not None:
+            agent, key = temporary
+            return self._temporary_principal(agent, key), key.secret_key
         entry = self._keys.get(access_key)
         if entry is None or not entry[1].active(self._clock()):
             return None
@@ -155,6 +186,11 @@ class IdentityStore:
         return Principal(agent.name, access_key, teams=tuple(agent.teams), kind=agent.kind,
                          disabled=agent.disabled)
 
+    def _temporary_principal(self, agent: Agent, key: TemporaryKey) -> Principal:
+        return Principal(agent.name, key.access_key, teams=tuple(agent.teams), kind=agent.kind,
+                         disabled=agent.disabled, expires_at=key.expires_at,
+                         session_policy=key.session_policy())
+
     def principal(self, name: str) -> Principal:
         """A principal by name (for ``policy simulate``)."""
         if name == self._root.principal.name:
@@ -162,21 +198,37 @@ class IdentityStore:
         agent = self._agent(self._state, name)
         return self._principal(agent, "")
 
-    def policy_set(self, principal: Principal) -> PolicySet:
-        """The compiled policies of a principal: its own and its teams', in that order."""
+    def policy_set(self, principal: Principal) -> PolicySet | SessionPolicySet:
+        """The compiled policies of a principal: its own and its teams', in that order; for
+        sandbox credentials with a session policy, intersected with that policy."""
         state = self._state
-        cached = self._compiled.get(principal.name)
+        key = (principal.name, principal.session_policy)
+        cached = self._compiled.get(key)
         if cached is not None and cached[0] == state.generation:
             return cached[1]
-        agent = state.agents.get(principal.name)
+        compiled = self._identity_set(state, principal.name)
+        if principal.session_policy is not None:
+            compiled = self._session_set(principal.name, principal.session_policy, compiled)
+        self._compiled[key] = (state.generation, compiled)
+        return compiled
+
+    def _identity_set(self, state: Identities, name: str) -> PolicySet:
+        agent = state.agents.get(name)
         names: list[str] = list(agent.policies) if agent else []
         teams = list(agent.teams) if agent else []
         for team in teams:
             names += [p for p in state.teams[team].policies if p not in names] if team in state.teams else []
         documents = [(n, self._documents[n]) for n in names if n in self._documents]
-        compiled = PolicySet.compile(documents, principal.name, teams)
-        self._compiled[principal.name] = (state.generation, compiled)
-        return compiled
+        return PolicySet.compile(documents, name, teams)
+
+    def _session_set(self, name: str, session_policy: str, identity: PolicySet) -> SessionPolicySet:
+        """The session policy compiled for the same name and teams, so ``${aws:username}`` in it
+        is still the agent. A session policy that is gone or unusable denies everything."""
+        document = self._documents.get(session_policy, _DENY_ALL)
+        inline = session_policy.startswith("inline:")
+        label = "session:inline" if inline else f"session:{session_policy}"
+        session = PolicySet.compile([(label, document)], name, identity.teams)
+        return SessionPolicySet(identity, session, "an inline policy" if inline else session_policy)
 
     def attached_policy_names(self, name: str) -> list[str]:
         agent = self._agent(self._state, name)
@@ -216,7 +268,7 @@ class IdentityStore:
         return {**self._policy_summary(state, name), "document": document}
 
     def owner_of(self, access_key: str) -> str | None:
-        entry = self._keys.get(access_key)
+        entry = self._keys.get(access_key) or self._temporary.get(access_key)
         return entry[0].name if entry else None
 
     # -- changes -------------------------------------------------------------
@@ -292,13 +344,41 @@ class IdentityStore:
         return old, new
 
     def revoke_key(self, access_key: str) -> str:
+        """Revoke a lasting key or sandbox credentials before they expire."""
         def change(state: Identities) -> str:
             for agent in state.agents.values():
-                for key in agent.keys:
-                    if key.access_key == access_key:
-                        agent.keys.remove(key)
-                        return agent.name
+                for keys in (agent.keys, agent.temporary_keys):
+                    for key in keys:
+                        if key.access_key == access_key:
+                            keys.remove(key)
+                            return agent.name
             raise NoSuchEntity(f"There is no access key {access_key!r}.")
+        return self._update(change)
+
+    def create_sandbox_credentials(self, name: str, ttl_seconds: int, policy: str | None = None,
+                                   document: dict | None = None) -> TemporaryKey:
+        """Temporary keys of principal ``name`` that stop working ``ttl_seconds`` from now.
+
+        They carry the principal's rights, narrowed by the named ``policy`` or the inline
+        ``document`` if given. Everything is checked before the change, so a bad request
+        writes nothing.
+        """
+        _check_ttl(ttl_seconds)
+        if policy is not None and document is not None:
+            raise IdentityError("Give a policy name or an inline policy document, not both.")
+        if name == self._root.principal.name:
+            raise IdentityError("The root cannot have sandbox credentials; name an agent.")
+        parsed = _parse_session_document(document) if document is not None else None
+
+        def change(state: Identities) -> TemporaryKey:
+            agent = self._sandbox_holder(state, name)
+            if policy is not None:
+                self._require_policy(state, policy)
+            now = self._clock()
+            expires_at = float(math.ceil(now) + ttl_seconds)
+            key = new_temporary_key(now, expires_at, policy, parsed.source if parsed else None)
+            agent.temporary_keys.append(key)
+            return key
         return self._update(change)
 
     def create_team(self, name: str, policies: list[str] | None = None) -> dict:
@@ -362,6 +442,7 @@ class IdentityStore:
             if attached["agents"] or attached["teams"]:
                 raise DeleteConflict(f"Policy {name!r} is still attached to "
                                      f"{_describe(attached)}; detach it first.")
+            self._refuse_if_session_policy(state, name)
             del state.policies[name]
         self._update(change)
 
@@ -389,6 +470,7 @@ class IdentityStore:
             for _ in range(_CAS_ATTEMPTS):
                 state = copy.deepcopy(self._state)
                 result = change(state)
+                _prune_expired_sandbox_keys(state, self._clock())
                 state.generation += 1
                 documents = self._parse_all(state)  # before writing: nothing unusable is published
                 body = orjson.dumps(state.to_json(), option=orjson.OPT_INDENT_2)
@@ -420,6 +502,35 @@ class IdentityStore:
     def _require_policy(self, state: Identities, name: str) -> None:
         if name not in BUILTIN_POLICIES and name not in state.policies:
             raise NoSuchEntity(f"There is no policy named {name!r}.")
+
+    def _sandbox_holder(self, state: Identities, name: str) -> Agent:
+        """The principal sandbox credentials are for; a team's name gets a pointed answer."""
+        agent = state.agents.get(name)
+        if agent is None and name in state.teams:
+            raise NoSuchEntity(f"{name!r} is a team, not an agent: sandbox credentials belong to "
+                               "one agent (or human).")
+        agent = self._agent(state, name)
+        if agent.disabled:
+            raise IdentityError(f"Agent {name!r} is disabled, so its sandbox credentials would be "
+                                "refused; enable it first.")
+        if len(agent.temporary_keys) >= SANDBOX_KEYS_MAX:
+            # expired keys are kept only for a clearer error; at the limit they make room
+            now = self._clock()
+            agent.temporary_keys = [k for k in agent.temporary_keys if k.active(now)]
+        if len(agent.temporary_keys) >= SANDBOX_KEYS_MAX:
+            raise IdentityError(f"{name} already has {SANDBOX_KEYS_MAX} live sandbox credentials; "
+                                "revoke some or wait for them to expire.")
+        return agent
+
+    def _refuse_if_session_policy(self, state: Identities, name: str) -> None:
+        """A named session policy is referenced, not copied: deleting it under live sandbox
+        credentials would silently change them (to deny-all), so it waits for them."""
+        now = self._clock()
+        holders = sorted({a.name for a in state.agents.values() for k in a.temporary_keys
+                          if k.policy == name and k.active(now)})
+        if holders:
+            raise DeleteConflict(f"Policy {name!r} is the session policy of live sandbox credentials "
+                                 f"of {', '.join(holders)}; revoke them or wait until they expire.")
 
     def _prune(self, agent: Agent) -> None:
         now = self._clock()
@@ -468,6 +579,32 @@ def _parse_for_storage(text: bytes) -> PolicyDocument:
 _BUILTIN_DOCUMENTS = {name: parse_policy(orjson.dumps(doc)) for name, doc in BUILTIN_POLICIES.items()}
 _DENY_ALL = parse_policy(orjson.dumps({"Version": "2012-10-17", "Statement": [
     {"Sid": "UnusablePolicyDeniesEverything", "Effect": "Deny", "Action": "*", "Resource": "*"}]}))
+
+
+def _check_ttl(ttl_seconds: object) -> None:
+    if isinstance(ttl_seconds, bool) or not isinstance(ttl_seconds, int) \
+            or not SANDBOX_TTL_MIN <= ttl_seconds <= SANDBOX_TTL_MAX:
+        raise IdentityError(f"The lifetime of sandbox credentials must be a whole number of seconds "
+                            f"from {SANDBOX_TTL_MIN} to {SANDBOX_TTL_MAX} (7 days), not {ttl_seconds!r}.")
+
+
+def _parse_session_document(document: object) -> PolicyDocument:
+    """An inline session policy gets exactly the checks of a stored policy."""
+    if not isinstance(document, dict):
+        raise MalformedPolicy("An inline session policy must be a JSON object.")
+    try:
+        text = orjson.dumps(document)
+    except TypeError:
+        raise MalformedPolicy("The policy holds a value that cannot be stored: integers must fit "
+                              "in 64 bits and text must be valid Unicode.") from None
+    return _parse_for_storage(text)
+
+
+def _prune_expired_sandbox_keys(state: Identities, now: float) -> None:
+    """Long-expired sandbox credentials leave the document, so it does not grow forever."""
+    for agent in state.agents.values():
+        agent.temporary_keys = [k for k in agent.temporary_keys
+                                if now < k.expires_at + EXPIRED_SANDBOX_KEPT]
 
 
 def _unique(items: list[str]) -> list[str]:

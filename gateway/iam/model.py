@@ -14,6 +14,16 @@ from datetime import UTC, datetime
 FORMAT_VERSION = 1
 KINDS = ("agent", "human")
 
+#: Sandbox credentials live at least a second and at most a week, like AWS STS sessions:
+#: long enough for a long job, short enough that a leaked key is soon useless.
+SANDBOX_TTL_MIN = 1
+SANDBOX_TTL_MAX = 7 * 24 * 3600
+#: Sandbox keys per principal in the document (live, or expired and kept): keeps it small.
+SANDBOX_KEYS_MAX = 100
+#: How long an expired sandbox key stays in the document (it is refused all along): late
+#: callers get the clear ``ExpiredToken`` instead of "this key does not exist".
+EXPIRED_SANDBOX_KEPT = 24 * 3600
+
 #: Agent and team names: they become bucket names (``agent-<name>``) and ARN paths.
 _NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,55}[a-z0-9])?$")
 #: Policy names follow AWS's rule for managed policy names.
@@ -87,6 +97,38 @@ class AccessKey:
 
 
 @dataclass
+class TemporaryKey:
+    """Sandbox credentials: a key pair of one principal that expires by itself.
+
+    It carries the principal's rights, narrowed by an optional session policy: a named
+    policy (referenced, like AWS STS ``PolicyArns``) or an inline document (kept here).
+    """
+
+    access_key: str
+    secret_key: str = field(repr=False)
+    created_at: float
+    expires_at: float
+    policy: str | None = None
+    policy_document: dict | None = None
+
+    def active(self, now: float) -> bool:
+        return now < self.expires_at
+
+    def session_policy(self) -> str | None:
+        """What names the session policy in a Principal and in the policy cache: the policy's
+        name, or ``inline:<access key>`` (a colon never occurs in a policy name)."""
+        if self.policy_document is not None:
+            return f"inline:{self.access_key}"
+        return self.policy
+
+    def public(self) -> dict:
+        """What the admin API shows: everything but the secret."""
+        return {"access_key": self.access_key, "created_at": iso(self.created_at),
+                "expires_at": iso(self.expires_at), "policy": self.policy,
+                "inline_policy": self.policy_document is not None}
+
+
+@dataclass
 class Agent:
     """An agent or a human: a principal with keys, teams and attached policies."""
 
@@ -97,12 +139,22 @@ class Agent:
     disabled: bool = False
     created_at: float = 0.0
     keys: list[AccessKey] = field(default_factory=list)
+    temporary_keys: list[TemporaryKey] = field(default_factory=list)
 
     def public(self, now: float) -> dict:
         return {"name": self.name, "kind": self.kind, "teams": sorted(self.teams),
                 "policies": list(self.policies), "disabled": self.disabled,
                 "created_at": iso(self.created_at),
-                "keys": [k.public() for k in self.keys if k.active(now)]}
+                "keys": [k.public() for k in self.keys if k.active(now)],
+                "temporary_keys": [k.public() for k in self.temporary_keys if k.active(now)]}
+
+    def to_json(self) -> dict:
+        """Without an empty ``temporary_keys``: a document that holds no sandbox credentials
+        stays readable by gateways that predate them (a rolling upgrade keeps working)."""
+        data = asdict(self)
+        if not data["temporary_keys"]:
+            del data["temporary_keys"]
+        return data
 
 
 @dataclass
@@ -131,7 +183,7 @@ class Identities:
 
     def to_json(self) -> dict:
         return {"format": FORMAT_VERSION, "generation": self.generation,
-                "agents": [asdict(a) for a in self.agents.values()],
+                "agents": [a.to_json() for a in self.agents.values()],
                 "teams": [asdict(t) for t in self.teams.values()],
                 "policies": [asdict(p) for p in self.policies.values()]}
 
@@ -143,7 +195,8 @@ class Identities:
         agents = {}
         for raw in data.get("agents", []):
             keys = [AccessKey(**k) for k in raw.pop("keys", [])]
-            agents[raw["name"]] = Agent(**raw, keys=keys)
+            temporary = [TemporaryKey(**k) for k in raw.pop("temporary_keys", [])]
+            agents[raw["name"]] = Agent(**raw, keys=keys, temporary_keys=temporary)
         return cls(generation=data.get("generation", 0), agents=agents,
                    teams={t["name"]: Team(**t) for t in data.get("teams", [])},
                    policies={p["name"]: CustomPolicy(**p) for p in data.get("policies", [])})

@@ -514,11 +514,15 @@ class Decision:
     #: every statement whose action, resource and condition matched
     matched: list[StatementRef]
     explanation: str
+    #: which kind of policy decided: "identity" (attached ones) or "session" (sandbox credentials')
+    source: str = "identity"
 
     @property
     def reason(self) -> str:
         """The short form for audit records."""
-        return self.statement.label if self.statement is not None else "implicit-deny"
+        if self.statement is not None:
+            return self.statement.label
+        return "implicit-deny (session policy)" if self.source == "session" else "implicit-deny"
 
 
 class _Test:
@@ -678,6 +682,40 @@ class PolicySet:
                     f"so nothing allows {action} on {resource}.")
         return (f"Denied: no statement of the policies attached to {self.username} "
                 f"({', '.join(self.policy_names)}) allows {action} on {resource}.")
+
+
+class SessionPolicySet:
+    """The rights of sandbox credentials: what the principal's own policies allow AND what
+    the session policy allows, as with AWS STS session policies.
+
+    A session policy can only narrow: an explicit Deny in either set denies, and an action
+    needs an Allow from both. The interface is PolicySet's, so the authorizer need not know.
+    """
+
+    def __init__(self, identity: PolicySet, session: PolicySet, label: str) -> None:
+        self.identity = identity
+        self.session = session
+        self.label = label
+
+    def evaluate(self, action: str, resource: str,
+                 context: Mapping[str, str | Sequence[str]] | None = None) -> Decision:
+        mine = self.identity.evaluate(action, resource, context)
+        theirs = self.session.evaluate(action, resource, context)
+        matched = mine.matched + theirs.matched
+        if mine.decision == "explicit-deny":
+            return Decision(False, "explicit-deny", mine.statement, matched, mine.explanation)
+        if theirs.decision == "explicit-deny":
+            return Decision(False, "explicit-deny", theirs.statement, matched, theirs.explanation,
+                            "session")
+        if not mine.allowed:
+            return Decision(False, "implicit-deny", None, matched, mine.explanation)
+        if not theirs.allowed:
+            return Decision(False, "implicit-deny", None, matched,
+                            f"Denied: the session policy of these sandbox credentials ({self.label}) "
+                            f"does not allow {action} on {resource}.", "session")
+        return Decision(True, "allow", mine.statement, matched,
+                        f"{mine.explanation[:-1]}, within the session policy "
+                        f"({theirs.statement.describe()}).")
 
 
 def expand_variables(text: str, username: str, teams: Sequence[str]) -> list[str]:

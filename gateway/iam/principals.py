@@ -18,6 +18,16 @@ class Principal:
     kind: str = "agent"
     #: a disabled principal's signatures still verify, so it learns why it is refused
     disabled: bool = False
+    #: sandbox credentials: when the key stops working (unix seconds); None for a lasting key.
+    #: Checked at each request, so expiry needs no document refresh.
+    expires_at: float | None = None
+    #: sandbox credentials narrowed by a session policy: its name, or ``inline:<access key>``;
+    #: the principal may do only what its own policies and this one both allow
+    session_policy: str | None = None
+
+    @property
+    def temporary(self) -> bool:
+        return self.expires_at is not None
 
 
 class CredentialStore(Protocol):

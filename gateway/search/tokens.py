@@ -91,7 +91,9 @@ class AccessTokens:
         """The tokens ``principal`` holds (cached briefly, per identities generation)."""
         if principal.is_root:
             return frozenset({ROOT_TOKEN})
-        key = (principal.name, principal.teams, principal.disabled, self.identities.generation)
+        # sandbox credentials with a session policy hold fewer tokens than their agent
+        key = (principal.name, principal.teams, principal.disabled, principal.session_policy,
+               self.identities.generation)
         with self._lock:
             found = self._cache.get(key)
         if found is not None and time.monotonic() - found[0] < self.ttl:

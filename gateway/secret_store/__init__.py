@@ -1,0 +1,1 @@
+"""The vault's secrets: versioned values under their own envelope, kept in the internal bucket."""

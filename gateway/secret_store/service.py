@@ -1,0 +1,436 @@
+"""The vault's secret store: versioned secrets, check-and-set, soft delete, undelete, destroy.
+
+Each version's value is sealed by ``vault.secrets`` under a fresh data key bound to its path and
+version, and written as its own object before the path's metadata is swapped to list it (see
+``paths`` for the layout and ``metadata`` for the table). A writer that dies between the two
+leaves an unlisted record, never a listed version without a value; unlisted records older than
+``ORPHAN_GRACE`` are swept at the path's next write.
+
+The service also keeps the plaintext of every readable version in memory (``values``) so the
+biography redactor can remove a secret wherever an agent pastes it. Other gateways' writes
+reach that set through :meth:`refresh_values`, which the gateway runs every few seconds.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, TypeVar
+
+from vault import IntegrityError, KeyUnavailable, VaultError
+from vault import secrets as sealed
+from vault.keys import KeyProvider
+
+from ..store.base import INTERNAL_BUCKET, NoSuchKey, ObjectStore, PreconditionFailed, WriteCondition
+from ..store.objects import read_object, swap_condition, write_object
+from ..store.sealed import SealError
+from .errors import SecretError
+from .metadata import SecretMeta, check_custom, check_max_versions
+from .paths import (
+    META_PREFIX,
+    check_path,
+    check_prefix,
+    data_prefix,
+    meta_key,
+    new_record_name,
+    path_of_meta,
+)
+
+T = TypeVar("T")
+_CAS_ATTEMPTS = 8
+#: Unlisted records younger than this may belong to a writer still at work.
+ORPHAN_GRACE = 600.0
+MAX_LIST = 1000
+#: The most versions one undelete or destroy names.
+MAX_VERSIONS_PER_CALL = 100
+
+
+class Secrets:
+    def __init__(self, store: ObjectStore, keys: KeyProvider,
+                 on_values: Callable[[Iterable[str]], None] | None = None) -> None:
+        self.store = store
+        self.keys = keys
+        self._on_values = on_values
+        self._lock = threading.Lock()
+        #: (path, version) -> plaintext, for redaction by value; never logged
+        self._values: dict[tuple[str, int], str] = {}
+        #: meta key -> ETag, as last read by refresh_values
+        self._seen: dict[str, str] = {}
+
+    # -- writing ------------------------------------------------------------------
+
+    def put(self, path: str, value: bytes, by: str, cas: int | None = None,
+            custom: dict[str, str] | None = None) -> dict[str, Any]:
+        """Store ``value`` as the path's next version; ``cas`` must equal the current version
+        (0: the path must not exist)."""
+        check_path(path)
+        if len(value) > sealed.MAX_VALUE:
+            raise SecretError("ValueTooLarge", f"A secret value is at most {sealed.MAX_VALUE} bytes; "
+                              f"this one is {len(value)}.")
+        if custom is not None:
+            custom = check_custom(custom)
+        for _ in range(_CAS_ATTEMPTS):
+            meta, etag = self._read(path)
+            meta = meta or SecretMeta(path)
+            if cas is not None and cas != meta.current:
+                raise SecretError("CasMismatch", _cas_message(path, cas, meta.current))
+            version = meta.current + 1
+            name = new_record_name(version)
+            record = sealed.seal(self.keys, path, version, value)
+            write_object(self.store, INTERNAL_BUCKET, data_prefix(path) + name, record.encode(),
+                         "application/json", WriteCondition(if_none_match=True))
+            now = time.time()
+            _, dropped = meta.add_version(name, by, now)
+            if custom is not None:
+                meta.custom = custom
+            if self._swap(path, meta, etag):
+                self._delete_records(path, dropped)
+                self._remember(path, version, value)
+                self._forget_dropped(path, meta)
+                self._sweep(path, meta, now)
+                return {"path": path, "version": version, "created_time": meta.view()["versions"][-1]
+                        ["created_time"], "created_by": by}
+            self._delete_records(path, [name])  # lost the race: our record is nobody's
+        raise _busy(path)
+
+    def delete(self, path: str, versions: list[int] | None = None) -> dict[str, Any]:
+        """Soft-delete the latest version (or ``versions``): unreadable until undeleted."""
+        def change(meta: SecretMeta) -> None:
+            for n in versions or [meta.current]:
+                entry = meta.entry(n)
+                if not entry.destroyed and entry.deleted is None:
+                    entry.deleted = time.time()
+        return self._update(path, change, versions)
+
+    def undelete(self, path: str, versions: list[int]) -> dict[str, Any]:
+        def change(meta: SecretMeta) -> None:
+            for n in versions:
+                entry = meta.entry(n)
+                if entry.destroyed:
+                    raise SecretError("SecretDestroyed", f"Version {n} of {path} was destroyed; it "
+                                      "can never be read or undeleted.")
+                entry.deleted = None
+        return self._update(path, change, _required(versions))
+
+    def destroy(self, path: str, versions: list[int]) -> dict[str, Any]:
+        """Discard the records (and so the wrapped data keys) of ``versions`` for good."""
+        doomed: list[str] = []
+
+        def change(meta: SecretMeta) -> None:
+            doomed.clear()
+            for n in versions:
+                entry = meta.entry(n)
+                if entry.record:
+                    doomed.append(entry.record)
+                    entry.record = None
+        view = self._update(path, change, _required(versions))
+        self._delete_records(path, doomed)
+        with self._lock:
+            for n in versions:
+                self._values.pop((path, n), None)
+        self._publish()
+        return view
+
+    def set_metadata(self, path: str, max_versions: int | None = None,
+                     custom: dict[str, str] | None = None) -> dict[str, Any]:
+        if max_versions is not None:
+            check_max_versions(max_versions)
+        if custom is not None:
+            custom = check_custom(custom)
+        dropped: list[str] = []
+
+        def change(meta: SecretMeta) -> None:
+            if max_versions is not None:
+                meta.max_versions = max_versions
+                dropped[:] = meta.prune()
+            if custom is not None:
+                meta.custom = custom
+        view = self._update(path, change, None)
+        self._delete_records(path, dropped)
+        return view
+
+    def destroy_all(self, path: str) -> None:
+        """Destroy every version and forget the path (its number starts again at 1)."""
+        check_path(path)
+        meta, etag = self._read(path)
+        if meta is None:
+            raise _no_such(path)
+        try:
+            self.store.delete_object(INTERNAL_BUCKET, meta_key(path))
+        except NoSuchKey:
+            pass
+        self._delete_records(path, [e.record for e in meta.versions.values() if e.record])
+        self._sweep(path, SecretMeta(path), time.time() + ORPHAN_GRACE)
+        with self._lock:
+            for key in [k for k in self._values if k[0] == path]:
+                del self._values[key]
+        self._publish()
+
+    # -- reading ------------------------------------------------------------------
+
+    def get(self, path: str, version: int | None = None) -> tuple[bytes, dict[str, Any]]:
+        """A version's value (the latest by default) and its description."""
+        check_path(path)
+        meta, _ = self._read(path)
+        if meta is None or not meta.versions:
+            raise _no_such(path)
+        n = meta.current if version is None else version
+        entry = meta.entry(n)
+        if entry.destroyed:
+            raise SecretError("SecretDestroyed", f"Version {n} of {path} was destroyed; it can never "
+                              "be read again.")
+        if entry.deleted is not None:
+            raise SecretError("NoSuchSecret", f"Version {n} of {path} is deleted; undelete it to read "
+                              "it" + ("" if version else ", or ask for an earlier ?version=N") + ".")
+        value = self._open(path, n, entry.record)
+        return value, {"path": path, "version": n, "metadata": dict(meta.custom),
+                       **{k: v for k, v in entry.view(n).items() if k in ("created_time", "created_by")}}
+
+    def metadata(self, path: str) -> dict[str, Any]:
+        check_path(path)
+        meta, _ = self._read(path)
+        if meta is None:
+            raise _no_such(path)
+        return meta.view()
+
+    def list(self, prefix: str, recursive: bool = False, after: str = "") -> dict[str, Any]:
+        """The secrets (and, unless recursive, folders) under ``prefix``; never values."""
+        check_prefix(prefix)
+        page = self.store.list_objects(INTERNAL_BUCKET, META_PREFIX + prefix,
+                                       delimiter="" if recursive else "/",
+                                       after=(META_PREFIX + after) if after else "", limit=MAX_LIST)
+        rows = []
+        for entry in page.entries:
+            path = path_of_meta(entry.key)
+            meta = self._read(path)[0] if path else None
+            if meta is not None:
+                rows.append(meta.summary())
+        folders = [p[len(META_PREFIX):] for p in page.common_prefixes]
+        out: dict[str, Any] = {"prefix": prefix, "secrets": rows, "folders": folders}
+        if page.is_truncated and page.next_marker:
+            out["next"] = page.next_marker[len(META_PREFIX):]
+        return out
+
+    # -- keys: status and rewrap ------------------------------------------------------
+
+    def kek_versions(self) -> Counter[str]:
+        """Readable versions per KEK version (as ``KeyRotation.status`` names them)."""
+        counts: Counter[str] = Counter()
+        for path, _, name in self._records():
+            record = self._record(path, name)
+            kek_id, version = record.kek_version if record else ("damaged", 0)
+            counts[str(version) if kek_id == self._kek_id() else f"{kek_id}#{version}"] += 1
+        return counts
+
+    def rewrap(self) -> int:
+        """Rewrap every record not under the primary KEK version; how many were."""
+        primary, done = self.keys.primary_version(), 0
+        for path, version, name in self._records():
+            key = data_prefix(path) + name
+            found = read_object(self.store, INTERNAL_BUCKET, key)
+            if found is None:
+                continue  # destroyed meanwhile
+            record = sealed.SecretRecord.decode(found[0])
+            if record.kek_version == (self._kek_id(), primary):
+                continue
+            fresh = sealed.rewrap(self.keys, record, path, version)
+            try:
+                write_object(self.store, INTERNAL_BUCKET, key, fresh.encode(), "application/json",
+                             WriteCondition(if_match=found[1].etag))
+                done += 1
+            except (PreconditionFailed, NoSuchKey):
+                continue  # destroyed or rewrapped by someone else meanwhile
+        return done
+
+    # -- redaction by value --------------------------------------------------------------
+
+    def refresh_values(self) -> int:
+        """Learn the values written or destroyed through other gateways; how many metadata
+        objects changed. Only changed metadata (by ETag) is read."""
+        listed: dict[str, str] = {}
+        after = ""
+        while True:
+            page = self.store.list_objects(INTERNAL_BUCKET, META_PREFIX, after=after, limit=MAX_LIST)
+            listed.update((e.key, e.etag) for e in page.entries)
+            if not page.is_truncated or not page.next_marker:
+                break
+            after = page.next_marker
+        changed = [k for k, etag in listed.items() if self._seen.get(k) != etag]
+        gone = [k for k in self._seen if k not in listed]
+        for key in changed:
+            self._learn(key)
+        for key in gone:
+            self._forget_path(path_of_meta(key) or "")
+        self._seen = listed
+        if changed or gone:
+            self._publish()
+        return len(changed) + len(gone)
+
+    def _learn(self, key: str) -> None:
+        path = path_of_meta(key)
+        meta = self._read(path)[0] if path else None
+        if meta is None or path is None:
+            return
+        readable = {n: e.record for n, e in meta.versions.items() if e.record}
+        with self._lock:
+            for stale in [k for k in self._values if k[0] == path and k[1] not in readable]:
+                del self._values[stale]
+            missing = [n for n in readable if (path, n) not in self._values]
+        for n in missing:
+            try:
+                value = self._open(path, n, readable[n])
+            except SecretError:
+                continue  # destroyed meanwhile, or damaged: nothing to redact
+            self._remember(path, n, value, publish=False)
+
+    def values(self) -> list[str]:
+        with self._lock:
+            return list(self._values.values())
+
+    # -- internals ----------------------------------------------------------------------
+
+    def _kek_id(self) -> str:
+        return getattr(self.keys, "kek_id", "")
+
+    def _read(self, path: str) -> tuple[SecretMeta | None, str | None]:
+        found = read_object(self.store, INTERNAL_BUCKET, meta_key(path))
+        if found is None:
+            return None, None
+        return SecretMeta.decode(found[0]), found[1].etag
+
+    def _swap(self, path: str, meta: SecretMeta, etag: str | None) -> bool:
+        try:
+            write_object(self.store, INTERNAL_BUCKET, meta_key(path), meta.encode(), "application/json",
+                         swap_condition(etag))
+            return True
+        except PreconditionFailed:
+            return False
+
+    def _update(self, path: str, change: Callable[[SecretMeta], None],
+                versions: list[int] | None) -> dict[str, Any]:
+        """Apply ``change`` to the path's metadata by compare-and-swap, retrying on races."""
+        check_path(path)
+        _check_versions(versions)
+        for _ in range(_CAS_ATTEMPTS):
+            meta, etag = self._read(path)
+            if meta is None:
+                raise _no_such(path)
+            change(meta)
+            meta.updated = time.time()
+            if self._swap(path, meta, etag):
+                return meta.view()
+        raise _busy(path)
+
+    def _open(self, path: str, version: int, name: str | None) -> bytes:
+        """The value of one version; a record that fails either seal (the store's, bound to the
+        object's name, or its own, bound to path and version) is SecretDamaged, never data."""
+        try:
+            found = read_object(self.store, INTERNAL_BUCKET, data_prefix(path) + name) if name else None
+            if found is None:
+                raise SecretError("SecretDestroyed", f"Version {version} of {path} was destroyed; it "
+                                  "can never be read again.")
+            return sealed.open_record(self.keys, sealed.SecretRecord.decode(found[0]), path, version)
+        except KeyUnavailable:
+            raise SecretError("ServiceUnavailable", "The key-encryption key cannot be reached right "
+                              "now; try again shortly.") from None
+        except (VaultError, SealError) as exc:
+            raise SecretError("SecretDamaged", f"Version {version} of {path} cannot be opened: "
+                              f"{str(exc).rstrip('.')}.") from None
+
+    def _record(self, path: str, name: str) -> sealed.SecretRecord | None:
+        found = read_object(self.store, INTERNAL_BUCKET, data_prefix(path) + name)
+        if found is None:
+            return None
+        try:
+            return sealed.SecretRecord.decode(found[0])
+        except IntegrityError:
+            return None
+
+    def _records(self) -> Iterator[tuple[str, int, str]]:
+        """(path, version, record name) of every readable version, path by path."""
+        after = ""
+        while True:
+            page = self.store.list_objects(INTERNAL_BUCKET, META_PREFIX, after=after, limit=MAX_LIST)
+            for entry in page.entries:
+                path = path_of_meta(entry.key)
+                meta = self._read(path)[0] if path else None
+                for n, e in sorted(meta.versions.items()) if meta else ():
+                    if e.record:
+                        yield meta.path, n, e.record
+            if not page.is_truncated or not page.next_marker:
+                return
+            after = page.next_marker
+
+    def _delete_records(self, path: str, names: Iterable[str]) -> None:
+        for name in names:
+            try:
+                self.store.delete_object(INTERNAL_BUCKET, data_prefix(path) + name)
+            except NoSuchKey:
+                pass
+
+    def _sweep(self, path: str, meta: SecretMeta, now: float) -> None:
+        """Delete this path's records no version lists, once surely abandoned."""
+        listed = {e.record for e in meta.versions.values() if e.record}
+        page = self.store.list_objects(INTERNAL_BUCKET, data_prefix(path), delimiter="/", limit=MAX_LIST)
+        orphans = [e.key.rsplit("/", 1)[1] for e in page.entries
+                   if e.key.rsplit("/", 1)[1] not in listed and e.last_modified < now - ORPHAN_GRACE]
+        self._delete_records(path, orphans)
+
+    def _remember(self, path: str, version: int, value: bytes, publish: bool = True) -> None:
+        try:
+            text = value.decode("utf-8")
+        except UnicodeDecodeError:
+            return  # binary values are not found in text
+        with self._lock:
+            self._values[(path, version)] = text
+        if publish:
+            self._publish()
+
+    def _forget_dropped(self, path: str, meta: SecretMeta) -> None:
+        with self._lock:
+            for key in [k for k in self._values if k[0] == path and k[1] not in meta.versions]:
+                del self._values[key]
+
+    def _forget_path(self, path: str) -> None:
+        with self._lock:
+            for key in [k for k in self._values if k[0] == path]:
+                del self._values[key]
+
+    def _publish(self) -> None:
+        if self._on_values is not None:
+            self._on_values(self.values())
+
+
+def _cas_message(path: str, cas: int, current: int) -> str:
+    if cas == 0:
+        return f"Check-and-set failed: {path} already exists (version {current}); cas=0 only creates."
+    if current == 0:
+        return f"Check-and-set failed: {path} does not exist yet; use cas=0 to create it."
+    return f"Check-and-set failed: the current version of {path} is {current}, not {cas}."
+
+
+def _check_versions(versions: list[int] | None) -> None:
+    if versions is None:
+        return
+    if len(versions) > MAX_VERSIONS_PER_CALL:
+        raise SecretError("InvalidRequest", f"Name at most {MAX_VERSIONS_PER_CALL} versions at once.")
+    for n in versions:
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise SecretError("InvalidRequest", "Versions are whole numbers from 1.")
+
+
+def _required(versions: list[int]) -> list[int]:
+    if not versions:
+        raise SecretError("InvalidRequest", "Name the versions, e.g. {\"versions\": [1, 2]}.")
+    return versions
+
+
+def _no_such(path: str) -> SecretError:
+    return SecretError("NoSuchSecret", f"There is no secret {path}.")
+
+
+def _busy(path: str) -> SecretError:
+    return SecretError("ServiceUnavailable", f"{path} is being changed by many writers at once; "
+                       "try again.")

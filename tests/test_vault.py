@@ -1,0 +1,422 @@
+"""The vault's secrets against real gateways: versions, check-and-set, soft delete, undelete,
+destroy across restarts; access and its audit; a record moved on the backend; rotation; values
+kept out of logs, audit, errors, metrics and biographies; and bad input that changes nothing."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import uuid
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from conftest import UPSTREAM_BUCKET
+from servers import Gateway
+
+from gateway.admin_client import AdminClient, AdminError
+from gateway.bio_client import BioClient
+from gateway.secret_store.errors import SecretError
+from gateway.secret_store.paths import data_prefix
+from gateway.secret_store.service import Secrets
+from gateway.store.base import INTERNAL_BUCKET
+from gateway.store.local import LocalStore
+from gateway.store.objects import read_object, write_object
+from gateway.store.s3 import encode_key
+from vault import IntegrityError
+from vault import secrets as sealed
+from vault.keys import StaticKeyProvider
+
+
+def uid(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+class Vault:
+    """Signed calls to /v1/vault on AdminClient's transport: (status, JSON) or (status, code)."""
+
+    def __init__(self, gw: Gateway, access_key: str, secret_key: str) -> None:
+        self.client = AdminClient(gw.endpoint, access_key, secret_key)
+
+    def call(self, method: str, path: str, body=None, query=None, raw: bytes | None = None):
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else b"")
+        try:
+            status, _, out = self.client._request(method, "/v1/vault/" + quote(path, safe="/%"),
+                                                  query=query, body=data,
+                                                  content_type="application/json" if data else None)
+        except AdminError as exc:
+            return exc.status, exc.code, exc.message
+        return status, (json.loads(out) if out else None), None
+
+    def put(self, path: str, value: str, **query):
+        return self.call("PUT", "secrets/" + path, {"value": value}, {k: str(v) for k, v in query.items()})
+
+    def get(self, path: str, version: int | None = None):
+        return self.call("GET", "secrets/" + path, query={"version": str(version)} if version else None)
+
+    def meta(self, path: str) -> dict:
+        status, body, _ = self.call("GET", "metadata/" + path)
+        assert status == 200, body
+        return body
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    gateway = Gateway(tmp_path_factory.mktemp("vault") / "data").start()
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def root(gw):
+    return Vault(gw, gw.access_key, gw.secret_key)
+
+
+@pytest.fixture(scope="module")
+def admin(gw):
+    return AdminClient(gw.endpoint, gw.access_key, gw.secret_key)
+
+
+def new_agent(admin, gw) -> tuple[str, Vault, dict]:
+    name = uid("ag")
+    created = admin.create_agent(name)
+    return name, Vault(gw, created["access_key"], created["secret_key"]), created
+
+
+def every_audit_record(admin) -> list[dict]:
+    records, cursor = [], None
+    while True:
+        page = admin.audit(limit=1000, after=cursor)
+        records += page["records"]
+        if len(page["records"]) < 1000:  # reading the audit is audited: stop at a short page
+            return records
+        cursor = page["cursor"]
+
+
+# -- the lifecycle, across a restart ---------------------------------------------------------
+
+
+def test_versions_cas_delete_undelete_destroy_survive_a_restart(tmp_path):
+    gw = Gateway(tmp_path / "data").start()
+    try:
+        v = Vault(gw, gw.access_key, gw.secret_key)
+        assert v.put("svc/db", "first-value-1", cas=0)[1]["version"] == 1
+        assert v.put("svc/db", "second-value-2", cas=1)[1]["version"] == 2
+        assert v.put("svc/db", "not-stored", cas=1)[:2] == (412, "CasMismatch")
+        assert v.put("svc/db", "not-stored", cas=0)[:2] == (412, "CasMismatch")
+        assert v.call("PUT", "secrets/svc/db", {"value_base64": base64.b64encode(b"\xff\x00bin").decode()})[0] == 200
+        assert v.call("DELETE", "secrets/svc/db", query={"versions": "2"})[0] == 204
+        assert v.call("POST", "destroy/svc/db", {"versions": [1]})[0] == 200
+    finally:
+        gw.stop()
+    gw.start()
+    try:
+        v = Vault(gw, gw.access_key, gw.secret_key)
+        status, body, _ = v.get("svc/db")
+        assert status == 200 and body["encoding"] == "base64" and base64.b64decode(body["value"]) == b"\xff\x00bin"
+        assert v.get("svc/db", 2)[:2] == (404, "NoSuchSecret")
+        assert v.get("svc/db", 1)[:2] == (410, "SecretDestroyed")  # the root too: the key is gone
+        assert v.get("svc/db", 9)[:2] == (404, "NoSuchSecret")
+        assert v.call("POST", "undelete/svc/db", {"versions": [2]})[0] == 200
+        assert v.get("svc/db", 2)[1]["value"] == "second-value-2"
+        assert v.call("POST", "undelete/svc/db", {"versions": [1]})[:2] == (410, "SecretDestroyed")
+        versions = {e["version"]: e for e in v.meta("svc/db")["versions"]}
+        assert versions[1]["destroyed"] and not versions[2]["deleted_time"] and versions[3]["created_by"] == "root"
+        # a soft-deleted latest version is not served in place of the latest
+        assert v.call("DELETE", "secrets/svc/db")[0] == 204
+        status, code, message = v.get("svc/db")
+        assert (status, code) == (404, "NoSuchSecret") and "deleted" in message
+        # destroying the whole path forgets it; numbering starts again
+        assert v.call("DELETE", "metadata/svc/db")[0] == 204
+        assert v.get("svc/db")[:2] == (404, "NoSuchSecret")
+        assert v.put("svc/db", "again-value-1", cas=0)[1]["version"] == 1
+    finally:
+        gw.stop()
+
+
+def test_old_versions_beyond_max_versions_are_destroyed(root):
+    path = f"svc/{uid('rot')}"
+    root.put(path, "value-number-1")
+    assert root.call("PUT", "metadata/" + path, {"max_versions": 3, "metadata": {"owner": "ops"}})[0] == 200
+    for n in range(2, 6):
+        assert root.put(path, f"value-number-{n}")[1]["version"] == n
+    meta = root.meta(path)
+    assert [e["version"] for e in meta["versions"]] == [3, 4, 5]
+    assert meta["metadata"] == {"owner": "ops"} and meta["max_versions"] == 3
+    assert root.get(path, 1)[:2] == (404, "NoSuchSecret")
+    assert root.get(path, 3)[1]["value"] == "value-number-3"
+    root.call("PUT", "metadata/" + path, {"max_versions": 1})
+    assert [e["version"] for e in root.meta(path)["versions"]] == [5]
+
+
+def test_concurrent_check_and_set_has_one_winner_per_version(root):
+    path = f"svc/{uid('race')}"
+    root.put(path, "base-value-000")
+    results: list = []
+
+    def write(i: int) -> None:
+        results.append(root.put(path, f"writer-value-{i:03d}", cas=1)[:2])
+    threads = [threading.Thread(target=write, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(s for s, _ in results) == [200] + [412] * 7
+    assert root.meta(path)["current_version"] == 2
+    # without cas, every writer gets its own version
+    threads = [threading.Thread(target=lambda i=i: root.put(path, f"free-value-{i:03d}")) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [e["version"] for e in root.meta(path)["versions"]] == list(range(1, 9))
+
+
+def test_listing_shows_metadata_never_values(root):
+    base = uid("list")
+    root.call("PUT", f"secrets/{base}/a", {"value": "list-value-aaaa", "metadata": {"team": "x"}})
+    root.put(f"{base}/b", "list-value-bbbb")
+    root.put(f"{base}/sub/c", "list-value-cccc")
+    status, body, _ = root.call("GET", f"secrets/{base}/")
+    assert status == 200
+    assert [s["path"] for s in body["secrets"]] == [f"{base}/a", f"{base}/b"]
+    assert body["folders"] == [f"{base}/sub/"] and body["secrets"][0]["metadata"] == {"team": "x"}
+    assert "list-value" not in json.dumps(body)
+    status, body, _ = root.call("GET", f"secrets/{base}/", query={"recursive": "true"})
+    assert [s["path"] for s in body["secrets"]] == [f"{base}/a", f"{base}/b", f"{base}/sub/c"]
+    assert "list-value" not in json.dumps(root.meta(f"{base}/a"))
+
+
+# -- access and audit ---------------------------------------------------------------------------
+
+
+def test_agents_read_their_own_secrets_only_and_denials_are_audited(gw, root, admin):
+    name, agent, created = new_agent(admin, gw)
+    other = uid("other")
+    root.put(f"agents/{name}/token", "own-token-value-1")
+    root.put(f"agents/{other}/token", "other-token-value-1")
+    status, body, _ = agent.get(f"agents/{name}/token")
+    assert status == 200 and body["value"] == "own-token-value-1"
+    assert agent.call("GET", f"secrets/agents/{name}/")[0] == 200
+    status, code, message = agent.get(f"agents/{other}/token")
+    assert (status, code) == (403, "AccessDenied") and "vault:GetSecret" in message
+    assert agent.put(f"agents/{name}/token", "agent-written-1")[:2] == (403, "AccessDenied")
+    assert agent.call("POST", f"destroy/agents/{name}/token", {"versions": [1]})[:2] == (403, "AccessDenied")
+    assert agent.call("GET", "secrets/agents/")[:2] == (403, "AccessDenied")
+    # audited durably before the answer: the records are queryable at once
+    records = admin.audit(principal=name, limit=100)["records"]
+    denied = [r for r in records if r["decision"] == "deny" and r["action"] == "vault:GetSecret"]
+    assert denied and denied[0]["resource"] == f"arn:orgmem:vault:::agents/{other}/token"
+    read = [r for r in records if r["operation"] == "GetSecret" and r["status"] == 200]
+    assert read and read[0]["version"] == 1 and read[0]["resource"].endswith(f"agents/{name}/token")
+    assert "own-token-value-1" not in json.dumps(records)
+
+
+def test_writes_are_audited_with_their_version(root, admin):
+    path = f"svc/{uid('aud')}"
+    root.put(path, "audited-value-1")
+    root.put(path, "audited-value-2")
+    records = [r for r in admin.audit(principal="root", limit=1000)["records"]
+               if r["resource"] == f"arn:orgmem:vault:::{path}"]
+    assert [(r["operation"], r["version"]) for r in records] == [("PutSecret", 1), ("PutSecret", 2)]
+
+
+# -- the envelope: a record moved on the backend ---------------------------------------------------
+
+
+def test_a_record_moved_to_another_path_fails_to_open(tmp_path):
+    """Without the store's own sealing, only the secret's envelope stands in the way."""
+    store = LocalStore(tmp_path / "store")
+    store.create_bucket(INTERNAL_BUCKET)
+    secrets = Secrets(store, StaticKeyProvider(b"k" * 32))
+    secrets.put("app/a", b"value-of-a-123", "root")
+    secrets.put("app/b", b"value-of-b-456", "root")
+
+    def record_key(path: str) -> str:
+        return store.list_objects(INTERNAL_BUCKET, data_prefix(path)).entries[0].key
+    moved = read_object(store, INTERNAL_BUCKET, record_key("app/a"))[0]
+    write_object(store, INTERNAL_BUCKET, record_key("app/b"), moved)
+    with pytest.raises(SecretError) as err:
+        secrets.get("app/b")
+    assert err.value.code == "SecretDamaged" and err.value.status == 500
+    assert "app/a" in err.value.message and "value-of" not in err.value.message
+    assert secrets.get("app/a")[0] == b"value-of-a-123"
+
+
+def test_a_record_moved_on_the_upstream_bucket_fails_to_open(tmp_path, seaweed):
+    prefix = uid("vault-move")
+    gw = Gateway(tmp_path / "data", env=seaweed.env,
+                 extra_args=["--backend", f"s3://{UPSTREAM_BUCKET}/{prefix}",
+                             "--backend-endpoint", seaweed.endpoint]).start()
+    try:
+        v = Vault(gw, gw.access_key, gw.secret_key)
+        v.put("app/a", "upstream-value-a")
+        v.put("app/b", "upstream-value-b")
+        raw = seaweed.client()
+
+        def record_key(path: str) -> str:  # the upstream store's own encoding of the key
+            where = f"{prefix}/{INTERNAL_BUCKET}/{encode_key(data_prefix(path) + 'x')[:-1]}"
+            return raw.list_objects_v2(Bucket=UPSTREAM_BUCKET, Prefix=where)["Contents"][0]["Key"]
+        raw.copy_object(Bucket=UPSTREAM_BUCKET, Key=record_key("app/b"),
+                        CopySource={"Bucket": UPSTREAM_BUCKET, "Key": record_key("app/a")},
+                        MetadataDirective="COPY")
+        status, code, message = v.get("app/b")
+        assert (status, code) == (500, "SecretDamaged") and "upstream-value" not in message
+        assert v.get("app/a")[1]["value"] == "upstream-value-a"
+    finally:
+        gw.stop()
+
+
+def test_the_envelope_binds_path_and_version():
+    keys = StaticKeyProvider(b"s" * 32)
+    record = sealed.seal(keys, "p/q", 3, b"bound-value")
+    assert sealed.open_record(keys, sealed.SecretRecord.decode(record.encode()), "p/q", 3) == b"bound-value"
+    for path, version in (("p/r", 3), ("p/q", 4)):
+        with pytest.raises(IntegrityError):
+            sealed.open_record(keys, record, path, version)
+    flipped = bytearray(record.ciphertext)
+    flipped[0] ^= 1
+    tampered = sealed.SecretRecord(record.path, record.version, record.wrapped, record.nonce,
+                                   bytes(flipped), record.size)
+    with pytest.raises(IntegrityError):
+        sealed.open_record(keys, tampered, "p/q", 3)
+    with pytest.raises(IntegrityError):
+        sealed.open_record(StaticKeyProvider(b"t" * 32), record, "p/q", 3)
+    with pytest.raises(IntegrityError):
+        sealed.SecretRecord.decode(b'{"format": 1, "path": "p/q"}')
+    assert "bound-value" not in repr(record) and b"bound-value" not in record.encode()
+
+
+# -- rotation ---------------------------------------------------------------------------------
+
+
+def test_rotation_and_rewrap_cover_secrets(tmp_path):
+    gw = Gateway(tmp_path / "data").start()
+    try:
+        v = Vault(gw, gw.access_key, gw.secret_key)
+        for i in range(5):
+            v.put(f"rot/s{i}", f"rotating-value-{i}")
+        kek = v.client._call("GET", "vault", "kek")
+        assert kek["secrets_by_version"] == {"1": 5}
+        v.client._call("POST", "vault", "kek", "rotate")
+        v.put("rot/s0", "rotating-value-new")  # sealed under the new primary at once
+        assert v.client._call("GET", "vault", "kek")["secrets_by_version"] == {"1": 5, "2": 1}
+        with pytest.raises(AdminError) as refused:
+            v.client._call("POST", "vault", "kek", "retire", payload={"version": 1})
+        assert refused.value.code == "DeleteConflict" and "secret" in refused.value.message
+        while not v.client._call("POST", "vault", "rewrap", payload={"resume": True, "limit": 500})["done"]:
+            pass
+        assert v.client._call("GET", "vault", "kek")["secrets_by_version"] == {"2": 6}
+        v.client._call("POST", "vault", "kek", "retire", payload={"version": 1})
+        assert v.get("rot/s3")[1]["value"] == "rotating-value-3"
+        assert v.get("rot/s0", 1)[1]["value"] == "rotating-value-0"
+    finally:
+        gw.stop()
+
+
+# -- no secret anywhere but in a successful read --------------------------------------------------
+
+
+def test_planted_values_appear_nowhere_but_in_reads(gw, root, admin):
+    name, agent, created = new_agent(admin, gw)
+    planted = {f"agents/{name}/api-key": "PLANTED-api-" + uuid.uuid4().hex,
+               f"agents/{name}/db-password": "PLANTED-pw-" + uuid.uuid4().hex}
+    for path, value in planted.items():
+        assert root.put(path, value)[0] == 200
+        assert agent.get(path)[1]["value"] == value
+    path, value = next(iter(planted.items()))
+    answers = [
+        root.put(path, value, cas=99),                                       # CAS mismatch
+        root.call("PUT", "secrets/" + path, {"value": value * 3000}),        # too large
+        root.call("PUT", "secrets/" + path, {"value": value, "value_base64": value}),
+        root.call("PUT", "secrets/" + path, {"value_base64": value + "!"}),
+        root.call("PUT", "secrets/" + path, {"value": value, "bogus": value}),
+        root.call("PUT", "secrets/" + path, {"value": value, "metadata": {"k": value * 100}}),
+        root.call("PUT", "secrets/bad%20path/x", {"value": value}),
+        root.call("PUT", "secrets/" + path, raw=b'{"value": "' + value.encode() + b'"'),
+        agent.put(path, value),                                              # 403
+    ]
+    for status, code, message in answers:
+        assert status >= 400 and value not in f"{code} {message}", (status, code)
+    # a biography event quoting the values is redacted by value, whatever its shape
+    bio = BioClient(gw.endpoint, created["access_key"], created["secret_key"])
+    session = uid("s")
+    bio.put_events([{"session": session, "kind": "tool_result",
+                     "content": f"connected with {planted[path]} ok",
+                     "data": {"env": {"X": list(planted.values())[1]}, "note": "no secret here"}}])
+    events = json.dumps(bio.events(agent=name, session=session))
+    assert "[REDACTED:vault:" in events and "PLANTED-" not in events
+    metrics = admin._request("GET", "/metrics")[2].decode()
+    audit = json.dumps(every_audit_record(admin))
+    gw_log = Path(gw.log_path).read_text()
+    for value in planted.values():
+        for text in (metrics, audit, gw_log):
+            assert value not in text
+
+
+# -- bad input changes nothing -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["a/../b", "a//b", "a/./b", "..", "a/b/", "a b", "a/%00", "x" * 513,
+                                  "/".join("s" * 17)])
+def test_invalid_paths_are_refused(root, path):
+    status, code, message = root.call("PUT", "secrets/" + path, {"value": "never-stored"})
+    assert status in (400, 404) and code in ("InvalidPath", "NoSuchRoute"), (status, code, message)
+    assert root.call("GET", "secrets/", query={"recursive": "true"})[0] == 200
+
+
+@pytest.mark.parametrize("body,query,code,status", [
+    ({"value": "x" * (64 * 1024 + 1)}, None, "ValueTooLarge", 413),
+    ({"value": ""}, None, "InvalidRequest", 400),
+    ({}, None, "InvalidRequest", 400),
+    ({"value": 5}, None, "InvalidRequest", 400),
+    ({"value_base64": "%%%"}, None, "InvalidRequest", 400),
+    ({"value": "ok-value-1", "metadata": ["a"]}, None, "InvalidRequest", 400),
+    ({"value": "ok-value-1", "metadata": {"k": 1}}, None, "InvalidRequest", 400),
+    ({"value": "ok-value-1"}, {"cas": "-1"}, "InvalidRequest", 400),
+    ({"value": "ok-value-1"}, {"cas": "abc"}, "InvalidRequest", 400),
+    ({"value": "ok-value-1"}, {"cas": "7"}, "CasMismatch", 412),
+    ([1, 2], None, "InvalidRequest", 400),
+])
+def test_bad_writes_answer_clearly_and_change_nothing(root, body, query, code, status):
+    path = f"bad/{uid('w')}"
+    root.put(path, "the-original-value")
+    before = root.meta(path)
+    got = root.call("PUT", "secrets/" + path, body, query)
+    assert got[:2] == (status, code), got
+    assert got[2] and len(got[2]) < 300
+    assert root.meta(path) == before
+    assert root.get(path)[1]["value"] == "the-original-value"
+
+
+@pytest.mark.parametrize("method,route,body,query", [
+    ("POST", "undelete/", {"versions": []}, None),
+    ("POST", "undelete/", {"versions": ["1"]}, None),
+    ("POST", "destroy/", {"versions": [0]}, None),
+    ("POST", "destroy/", {"version": 1}, None),
+    ("POST", "destroy/", {"versions": [7]}, None),
+    ("DELETE", "secrets/", None, {"versions": "1,x"}),
+    ("GET", "secrets/", None, {"version": "0"}),
+    ("PUT", "metadata/", {"max_versions": 0}, None),
+    ("PUT", "metadata/", {"max_versions": 101}, None),
+    ("PUT", "metadata/", {"color": "red"}, None),
+    ("GET", "secrets/", None, {"recursive": "maybe"}),
+])
+def test_bad_version_and_metadata_requests_change_nothing(root, method, route, body, query):
+    path = f"bad/{uid('v')}"
+    root.put(path, "kept-value-123")
+    before = root.meta(path)
+    target = route + (path + "/" if route == "secrets/" and query and "recursive" in query else path)
+    status, code, message = root.call(method, target, body, query)
+    assert status in (400, 404) and code in ("InvalidRequest", "NoSuchSecret"), (status, code, message)
+    assert root.meta(path) == before
+
+
+def test_missing_secrets_answer_404(root):
+    path = f"none/{uid('x')}"
+    assert root.get(path)[:2] == (404, "NoSuchSecret")
+    assert root.call("GET", "metadata/" + path)[:2] == (404, "NoSuchSecret")
+    assert root.call("DELETE", "secrets/" + path)[:2] == (404, "NoSuchSecret")
+    assert root.call("DELETE", "metadata/" + path)[:2] == (404, "NoSuchSecret")
+    assert root.call("GET", f"secrets/{path}/")[1] == {"prefix": f"{path}/", "secrets": [], "folders": []}
