@@ -75,7 +75,7 @@ def kek() -> None:
 @kek.command("status")
 @json_option
 def kek_status(as_json: bool) -> None:
-    """Count objects per KEK version (what rewrap has left to do)."""
+    """Count objects and secret versions per KEK version (what rewrap has left to do)."""
     status = _call("GET", "kek")
     if as_json:
         click.echo(json.dumps(status, indent=2))
@@ -83,9 +83,11 @@ def kek_status(as_json: bool) -> None:
     console = _console()
     console.print(f"KEK {status['kek_id']}: primary version {status['primary']}, "
                   f"versions {status['versions']}, retired {status['retired']}")
-    rows = [(version, count, "primary" if version == str(status["primary"]) else "")
-            for version, count in status["objects_by_version"].items()]
-    console.print(_table(["version", "objects", ""], rows))
+    objects, secrets = status["objects_by_version"], status.get("secrets_by_version", {})
+    rows = [(version, objects.get(version, 0), secrets.get(version, 0),
+             "primary" if version == str(status["primary"]) else "")
+            for version in sorted(set(objects) | set(secrets))]
+    console.print(_table(["version", "objects", "secret versions", ""], rows))
 
 
 @kek.command("rotate")
@@ -120,7 +122,9 @@ def rewrap(resume: bool, batch: int) -> None:
 
     status = _call("GET", "kek")
     primary = str(status["primary"])
-    total = sum(n for v, n in status["objects_by_version"].items() if v != primary)
+    pending = {**{f"o{v}": n for v, n in status["objects_by_version"].items() if v != primary},
+               **{f"s{v}": n for v, n in status.get("secrets_by_version", {}).items() if v != primary}}
+    total = sum(pending.values())  # objects, then the secrets' own data keys
     done = rewrapped = 0
     columns = (TextColumn("rewrapping"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=_console(), transient=False) as progress:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+import time
 import uuid
 from pathlib import Path
 from urllib.parse import quote
@@ -420,3 +421,41 @@ def test_missing_secrets_answer_404(root):
     assert root.call("DELETE", "secrets/" + path)[:2] == (404, "NoSuchSecret")
     assert root.call("DELETE", "metadata/" + path)[:2] == (404, "NoSuchSecret")
     assert root.call("GET", f"secrets/{path}/")[1] == {"prefix": f"{path}/", "secrets": [], "folders": []}
+
+
+def test_another_gateways_secret_is_redacted_here_within_seconds(tmp_path, seaweed):
+    """Gateways sharing a bucket learn each other's values: an event quoting a secret written
+    through the other gateway is redacted once this one's refresh has run (every 5 s)."""
+    prefix = uid("vault-pair")
+    args = ["--backend", f"s3://{UPSTREAM_BUCKET}/{prefix}", "--backend-endpoint", seaweed.endpoint]
+    one = Gateway(tmp_path / "one", extra_args=args, env=seaweed.env).start()
+    two = None
+    try:
+        kek = ["--kek", f"file:{tmp_path / 'one.keyring.json'}"]
+        two = Gateway(tmp_path / "two", extra_args=args + kek, env=seaweed.env).start()
+        value = "PAIRED-" + uuid.uuid4().hex
+        assert Vault(one, one.access_key, one.secret_key).put("shared/token", value)[0] == 200
+        bio = BioClient(two.endpoint, two.access_key, two.secret_key)
+        session = uid("s")
+        deadline = time.monotonic() + 30
+        while True:
+            bio.put_events([{"agent": "pair", "session": session, "kind": "note", "content": f"used {value}"}])
+            latest = bio.events(agent="pair", session=session)["events"][-1]["content"]
+            if value not in latest:
+                assert "[REDACTED:vault:" in latest
+                break
+            assert time.monotonic() < deadline, "the second gateway never learned the value"
+            time.sleep(0.5)
+        # and a destroyed secret stops being one
+        Vault(one, one.access_key, one.secret_key).call("DELETE", "metadata/shared/token")
+        deadline = time.monotonic() + 30
+        while True:
+            bio.put_events([{"agent": "pair", "session": session, "kind": "note", "content": f"used {value}"}])
+            if value in bio.events(agent="pair", session=session)["events"][-1]["content"]:
+                break
+            assert time.monotonic() < deadline, "the second gateway kept redacting a destroyed value"
+            time.sleep(0.5)
+    finally:
+        one.stop()
+        if two is not None:
+            two.stop()
