@@ -565,6 +565,12 @@ class _Values:
 
     values: tuple[str, ...] = ()
     automaton: Any = None
+    #: the values as JSON text spells them (quotes, backslashes, controls escaped)
+    json_automaton: Any = None
+
+    def in_json(self, text: str) -> bool:
+        """Whether any value occurs in ``text``, JSON that holds it in a string."""
+        return self.json_automaton is not None and next(self.json_automaton.iter(text), None) is not None
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """Leftmost-longest, non-overlapping occurrences, outside existing markers."""
@@ -631,7 +637,8 @@ class Redactor:
         if values == set(self._values.values):
             return
         ordered = tuple(sorted(values, key=lambda v: (-len(v), v)))
-        self._values = _Values(ordered, _automaton(ordered))
+        escaped = tuple({orjson.dumps(v).decode()[1:-1] for v in ordered})
+        self._values = _Values(ordered, _automaton(ordered), _automaton(escaped))
 
     def redact_text(self, text: str) -> tuple[str, int]:
         """``text`` with every secret replaced by its marker, and the number replaced."""
@@ -663,10 +670,12 @@ class Redactor:
 
         Most event data holds nothing a rule could fire on: when neither a rule's literal
         prefix nor a credential keyword occurs anywhere in the text (keys included), and
-        no exact values are registered, the decode and the walk are skipped. The prefixes
-        are ASCII that JSON never escapes, so the text shows them if any string holds them.
+        no registered value occurs in it (as JSON writes it), the decode and the walk are
+        skipped. The prefixes are ASCII that JSON never escapes, so the text shows them if
+        any string holds them.
         """
-        if not self._values.values and not _ANY_KEYWORD.search(text) and not _candidates(text, False):
+        if not self._values.in_json(text) and not _ANY_KEYWORD.search(text) \
+                and not _candidates(text, False):
             return text, 0
         value, hits = self.redact_json(orjson.loads(text))
         if not hits:
