@@ -17,11 +17,14 @@ from ..store.base import NoSuchKey, ObjectStore
 from ..store.objects import read_object
 from . import layout
 from .layout import Positions
-from .records import Record, decode
+from .records import Record, decode, encoded_size
 
-#: Decoded records kept in memory across all cached objects (about 1 KB each as dicts):
-#: enough for the uncompacted tail between compactions.
-CACHE_RECORDS = 50_000
+#: Decoded records kept in memory across all cached objects (about 1 KB each as dicts), and
+#: their size as stored (uncompressed NDJSON; in memory about three times that): enough for
+#: the tail between compactions (5 s) at 20,000 events/s plus their audit records, so neither
+#: the compactor nor the indexer reads back what this gateway just wrote.
+CACHE_RECORDS = 120_000
+CACHE_BYTES = 48 * 1024 * 1024
 _PAGE = 1000
 #: Log objects fetched at once when catching up (an upstream S3 answers each in milliseconds).
 FETCH_PARALLEL = 16
@@ -35,11 +38,14 @@ class LogObject:
 
 
 class LogReader:
-    def __init__(self, store: ObjectStore, cache_records: int = CACHE_RECORDS) -> None:
+    def __init__(self, store: ObjectStore, cache_records: int = CACHE_RECORDS,
+                 cache_bytes: int = CACHE_BYTES) -> None:
         self.store = store
-        self._cache: OrderedDict[tuple[str, int], list[Record]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, int], tuple[list[Record], int]] = OrderedDict()
         self._cached = 0
+        self._cached_bytes = 0
         self._limit = cache_records
+        self._limit_bytes = cache_bytes
         self._lock = threading.Lock()
 
     def writers(self) -> list[str]:
@@ -75,10 +81,10 @@ class LogReader:
     def read(self, writer: str, seq: int) -> list[Record] | None:
         """The records of one object; None if it is gone (collected since it was listed)."""
         with self._lock:
-            records = self._cache.get((writer, seq))
-            if records is not None:
+            cached = self._cache.get((writer, seq))
+            if cached is not None:
                 self._cache.move_to_end((writer, seq))
-                return records
+                return cached[0]
         try:
             found = read_object(self.store, layout.BUCKET, layout.log_key(writer, seq))
         except NoSuchKey:
@@ -86,7 +92,7 @@ class LogReader:
         if found is None:
             return None
         records = decode(found[0], writer, seq)
-        self.remember(writer, seq, records)
+        self.remember(writer, seq, records, encoded_size(found[0]))
         return records
 
     def read_pending(self, positions: Positions, limit: int | None = None) -> Iterator[LogObject]:
@@ -103,19 +109,24 @@ class LogReader:
             if records is not None:
                 yield LogObject(writer, seq, records)
 
-    def remember(self, writer: str, seq: int, records: list[Record]) -> None:
-        """Cache an object's records (a writer calls this for its own commits)."""
+    def remember(self, writer: str, seq: int, records: list[Record], size: int = 0) -> None:
+        """Cache an object's records (a writer calls this for its own commits); ``size`` is
+        its uncompressed size, so large events bound the cache by bytes, not by count."""
         with self._lock:
             if (writer, seq) in self._cache:
                 return
-            self._cache[(writer, seq)] = records
+            self._cache[(writer, seq)] = (records, size)
             self._cached += len(records)
-            while self._cached > self._limit and len(self._cache) > 1:
-                _, old = self._cache.popitem(last=False)
+            self._cached_bytes += size
+            while (self._cached > self._limit or self._cached_bytes > self._limit_bytes) \
+                    and len(self._cache) > 1:
+                _, (old, old_size) = self._cache.popitem(last=False)
                 self._cached -= len(old)
+                self._cached_bytes -= old_size
 
     def forget(self, writer: str, seq: int) -> None:
         with self._lock:
             old = self._cache.pop((writer, seq), None)
             if old is not None:
-                self._cached -= len(old)
+                self._cached -= len(old[0])
+                self._cached_bytes -= old[1]

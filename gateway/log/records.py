@@ -102,6 +102,12 @@ def encode(records: list[Record], writer: str, seq: int) -> bytes:
     return zstandard.ZstdCompressor(level=_LEVEL).compress(b"\n".join(lines))
 
 
+def encoded_size(data: bytes) -> int:
+    """The uncompressed size of a log object, from its zstd frame header (no decompression)."""
+    size = zstandard.frame_content_size(data)
+    return size if size >= 0 else len(data) * 4
+
+
 def decode(data: bytes, writer: str, seq: int) -> list[Record]:
     """The records of one log object, checked against the name it was read under."""
     try:

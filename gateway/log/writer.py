@@ -25,7 +25,7 @@ from ..logs import log
 from ..store.base import ObjectStore, StoreError, StoreUnavailable
 from ..store.objects import write_object
 from . import layout
-from .records import Record, encode
+from .records import Record, encode, encoded_size
 
 #: A commit carries at most this many records; the rest ride the next one.
 MAX_BATCH_RECORDS = 200_000
@@ -36,7 +36,8 @@ ATTEMPTS = 3
 BACKOFF = 0.2
 
 #: Called with (writer, seq, records) after each commit: the reader's cache learns them.
-CommitHook = Callable[[str, int, list[Record]], None]
+#: (writer, seq, records, uncompressed size) of each object committed
+CommitHook = Callable[[str, int, list[Record], int], None]
 
 
 class LogUnavailable(StoreUnavailable):
@@ -207,7 +208,7 @@ class LogWriter:
         self._seq += 1
         seq = self._seq
         try:
-            self._store(seq, records)
+            size = self._store(seq, records)
         except StoreError as exc:
             log.warning("log_commit_failed", writer=self.writer_id, seq=seq, records=len(records),
                         error=exc.__class__.__name__)
@@ -220,16 +221,17 @@ class LogWriter:
             return
         self.commits += 1
         if self.on_commit is not None:
-            self.on_commit(self.writer_id, seq, records)
+            self.on_commit(self.writer_id, seq, records, size)
         self._finish(waiters, Position(self.writer_id, seq), None)
 
-    def _store(self, seq: int, records: list[Record]) -> None:
+    def _store(self, seq: int, records: list[Record]) -> int:
+        """Write one log object; its uncompressed size (what caching its records costs)."""
         data = encode(records, self.writer_id, seq)
         key = layout.log_key(self.writer_id, seq)
         for attempt in range(ATTEMPTS):
             try:
                 write_object(self.store, layout.BUCKET, key, data, "application/zstd")
-                return
+                return encoded_size(data)
             except StoreError:
                 if attempt == ATTEMPTS - 1:
                     raise
