@@ -15,6 +15,7 @@ from .api import context as context_api
 from .api import memory as memory_api
 from .api import search as search_api
 from .api import skills as skills_api
+from .api import traces as traces_api
 from .api import vault as vault_api
 from .api.admin import PREFIX as ADMIN_PREFIX
 from .api.admin import build_router
@@ -36,6 +37,7 @@ from .log import DurableLog
 from .log.lease import TTL as LEASE_TTL
 from .log.lease import Lease
 from .logs import log
+from .mcp.endpoint import McpEndpoint, is_mcp
 from .memory.service import Memory
 from .memory.skills import Skills
 from .metrics import Metrics
@@ -86,6 +88,11 @@ class Gateway:
         return Lease(self.store, COMPACTOR, self.durable_log.writer_id,
                      ttl=max(LEASE_TTL, 3.0 * self.config.compact_interval))
 
+    @cached_property
+    def mcp(self) -> McpEndpoint:
+        """/mcp: the memory as MCP tools, called as the bearer token's principal."""
+        return McpEndpoint(self.rest.authenticator, self.rest.recorder, self.config.scheme)
+
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] == "lifespan":
             await self._lifespan(receive, send)
@@ -94,6 +101,8 @@ class Gateway:
             if path in ("/health", "/ready") and scope["method"] in ("GET", "HEAD") \
                     and not scope.get("query_string"):
                 await self._probe(path, send)
+            elif is_mcp(scope) and not self._names_bucket(scope):
+                await self.mcp(scope, receive, send)
             elif (path.startswith(ADMIN_PREFIX + "/") or path.startswith(REST_PREFIX) or path == "/metrics") \
                     and not self._names_bucket(scope):
                 await self.rest(scope, receive, send)
@@ -135,6 +144,7 @@ class Gateway:
                 if sweeper:
                     sweeper.cancel()
                     await asyncio.gather(sweeper, return_exceptions=True)
+                await self.mcp.stop()
                 self.executor.shutdown(wait=True, cancel_futures=True)
                 self.durable_log.close()
                 self._close_index()
@@ -266,6 +276,7 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     router = build_router(identities, authorizer, audit, metrics, KeyRotation(store, secrets))
     vault_api.add_routes(router, secrets)
     bio_api.add_routes(router, biographies)
+    traces_api.add_routes(router, biographies)
     memory_api.add_routes(router, memory, identities)
     skills_api.add_routes(router, skills)
     search_index = SearchIndex(store, durable_log, Sources(store, memory, skills),

@@ -13,6 +13,7 @@ from .admin_cli import admin
 from .bio_cli import bio
 from .config import Config
 from .context_cli import context
+from .mcp.cli import mcp
 from .memory_cli import memory
 from .run_cli import run
 from .search_cli import index, search
@@ -98,6 +99,7 @@ main.add_command(skills)
 main.add_command(context)
 main.add_command(search), main.add_command(index)
 main.add_command(run)
+main.add_command(mcp)
 
 if __name__ == "__main__":
     main()

@@ -1,0 +1,166 @@
+"""``/mcp`` on the gateway: the MCP tools over streamable HTTP, as the calling agent.
+
+The caller sends ``Authorization: Bearer ACCESS_KEY:SECRET_KEY``. The gateway's own
+:class:`~gateway.iam.authn.Authenticator` checks it before MCP sees the request (401 with a
+JSON error otherwise, audited like any refused request), and the tools then call the
+gateway's REST and S3 API on its own listening address with those same keys: every tool
+call passes the same policies and leaves the same audit record as the equivalent REST call.
+
+The MCP transport runs stateless with JSON answers: no session lives in this process, so
+any replica behind a load balancer can answer any request. The SDK (and its session
+manager's task group) is loaded and started on the first MCP request, not at startup, and
+stopped with the gateway.
+
+``mcp`` is one of the bucket names the gateway reserves for its own routes
+(:data:`gateway.s3.names.ROUTE_NAMES`), so the path alone says a request is MCP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass
+
+import orjson
+
+from ..iam.authn import Authenticator
+from ..recorder import Outcome, Recorder
+from ..s3.sigv4 import AuthError
+
+PATHS = ("/mcp", "/mcp/")
+#: Where the authenticated caller travels in the ASGI scope, for the tools to find.
+CALLER = "orgmem.mcp.caller"
+#: An MCP request body: one JSON-RPC message; a workspace file is at most 1 MiB of text,
+#: which JSON escaping can inflate several times.
+MAX_BODY = 8 * 1024 * 1024
+
+
+def is_mcp(scope: dict) -> bool:
+    """A request for /mcp (no bucket can be named ``mcp``)."""
+    return scope["path"] in PATHS
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """The caller's key pair, checked, and where its tool calls go."""
+
+    endpoint: str
+    access_key: str
+    secret_key: str
+    name: str
+    kind: str
+    is_root: bool
+
+    def __repr__(self) -> str:  # never the secret
+        return f"Credentials(endpoint={self.endpoint!r}, access_key={self.access_key!r}, name={self.name!r})"
+
+
+class McpEndpoint:
+    """The ASGI app for /mcp: authenticate, then hand the request to the MCP session manager."""
+
+    def __init__(self, authenticator: Authenticator, recorder: Recorder, scheme: str,
+                 ca_bundle: str | None = None) -> None:
+        self.authenticator = authenticator
+        self.recorder = recorder
+        #: the gateway's own scheme (not X-Forwarded-Proto: the tools dial this very socket)
+        self.scheme = scheme
+        self.ca_bundle = ca_bundle
+        self._manager = None
+        self._clients = None
+        self._runner: asyncio.Task | None = None
+        self._stopping = asyncio.Event()
+        self._starting = asyncio.Lock()
+
+    async def __call__(self, scope: dict, receive, send) -> None:
+        started = time.perf_counter()
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        try:
+            credentials = self._authenticate(scope, headers)
+        except AuthError as exc:
+            await self._refuse(scope, headers, exc, send, started)
+            return
+        manager = await self._started()
+        await manager.handle_request({**scope, CALLER: credentials}, receive, send)
+
+    # -- authentication -------------------------------------------------------------
+
+    def _authenticate(self, scope: dict, headers: dict[str, str]) -> Credentials:
+        authorization = headers.get("authorization", "")
+        if not authorization.startswith("Bearer "):
+            raise AuthError("AccessDenied", "The MCP endpoint needs the header "
+                            "Authorization: Bearer <access_key>:<secret_key>.", 401)
+        # only the bearer header: the tools need the secret itself, which SigV4 never sends
+        auth = self.authenticator.authenticate("POST", scope["path"], "", [],
+                                               {"authorization": authorization})
+        token = authorization[len("Bearer "):].strip()
+        access_key, _, secret_key = token.partition(":")
+        p = auth.principal
+        return Credentials(self._loopback(scope), access_key, secret_key, p.name, p.kind, p.is_root)
+
+    def _loopback(self, scope: dict) -> str:
+        """This gateway's own address, as the connection that brought the request reached it."""
+        host, port = scope.get("server") or ("127.0.0.1", 9000)
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{self.scheme}://{host}:{port}"
+
+    async def _refuse(self, scope: dict, headers: dict[str, str], exc: AuthError, send,
+                      started: float) -> None:
+        """401 with the gateway's JSON error; audited, naming at most the access key claimed."""
+        request_id = os.urandom(8).hex().upper()
+        body = orjson.dumps({"error": {"code": exc.code, "message": exc.message}})
+        await send({"type": "http.response.start", "status": 401, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+            (b"www-authenticate", b'Bearer realm="orgmem"'), (b"x-amz-request-id", request_id.encode()),
+            (b"server", b"orgmem")]})
+        await send({"type": "http.response.body", "body": body})
+        outcome = Outcome(request_id=request_id, client_ip=(scope.get("client") or ("", 0))[0],
+                          headers=headers, operation="McpRequest", status=401, error=exc.code,
+                          principal=getattr(exc, "principal", None), bytes_out=len(body))
+        self.recorder.record(outcome, time.perf_counter() - started)
+
+    # -- the session manager's lifetime ---------------------------------------------------
+
+    async def _started(self):
+        """The MCP session manager, running (started by the first request)."""
+        if self._manager is None:
+            async with self._starting:
+                if self._manager is None:
+                    self._manager = await self._start()
+        return self._manager
+
+    async def _start(self):
+        from .tools import ClientCache, http_manager
+
+        self._clients = ClientCache()
+        manager = http_manager(self._caller, MAX_BODY)
+        ready = asyncio.Event()
+        self._runner = asyncio.create_task(self._run(manager, ready))
+        await ready.wait()
+        if self._runner.done():  # it could not start: say why, on this request
+            self._runner.result()
+        return manager
+
+    async def _run(self, manager, ready: asyncio.Event) -> None:
+        try:
+            async with manager.run():
+                ready.set()
+                await self._stopping.wait()
+        finally:
+            ready.set()
+
+    async def stop(self) -> None:
+        """Called at the gateway's shutdown: end the session manager's task group."""
+        self._stopping.set()
+        if self._runner is not None:
+            await asyncio.gather(self._runner, return_exceptions=True)
+            await self._clients.close()
+
+    def _caller(self, scope: dict):
+        """The orgmem client of the request's authenticated caller (tools call this)."""
+        from .tools import Caller
+
+        c: Credentials = scope[CALLER]
+        client = self._clients.get(c.endpoint, c.access_key, c.secret_key, self.ca_bundle)
+        return Caller(client, c.name, c.kind, c.is_root)
