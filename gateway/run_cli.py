@@ -185,10 +185,13 @@ def _fail(message: str) -> None:
 @click.option("--env-file", type=click.Path(exists=True, dir_okay=False), metavar="FILE",
               help="Read ENV=PATH[#FIELD] lines from FILE (blank lines and # comments allowed); "
                    "--secret overrides a line of the same ENV. By convention: .env.orgmem.")
+@click.option("--keep-credentials", is_flag=True,
+              help="Pass your own ORGMEM_ACCESS_KEY / ORGMEM_SECRET_KEY on to CMD (dropped by "
+                   "default; ORGMEM_ROOT_* are always dropped).")
 @gateway_options
 @click.pass_context
-def run(ctx: click.Context, secrets: list[SecretRef], env_file: str | None, endpoint: str | None,
-        ca_bundle: str | None) -> None:
+def run(ctx: click.Context, secrets: list[SecretRef], env_file: str | None, keep_credentials: bool,
+        endpoint: str | None, ca_bundle: str | None) -> None:
     """Run CMD with secrets from the vault in its environment.
 
     Every secret is fetched first, as you (ORGMEM_ACCESS_KEY / ORGMEM_SECRET_KEY, else
@@ -198,7 +201,9 @@ def run(ctx: click.Context, secrets: list[SecretRef], env_file: str | None, endp
 
     \b
     A secret's value replaces a variable of the same name already set. Values must be
-    text (binary secrets are refused). `--` before CMD is required.
+    text (binary secrets are refused). `--` before CMD is required. Your own orgmem keys
+    are not passed on (a sandbox gets what it is given, not its launcher's identity):
+    ORGMEM_ROOT_* never, ORGMEM_ACCESS_KEY / ORGMEM_SECRET_KEY only with --keep-credentials.
 
     \b
       orgmem run --secret GITHUB_TOKEN=agents/scout/github -- gh repo list
@@ -216,4 +221,15 @@ def run(ctx: click.Context, secrets: list[SecretRef], env_file: str | None, endp
     values, errors = fetch_all(client, refs) if client else ({}, [])
     if errors:
         return _fail("\n".join(errors + ["error: nothing was started"]))
-    exec_command(argv, {**os.environ, **values})
+    exec_command(argv, {**child_environment(os.environ, keep_credentials), **values})
+
+
+#: The launcher's own credentials: a child gets them only when asked (never the root's).
+_ROOT_KEYS = ("ORGMEM_ROOT_ACCESS_KEY", "ORGMEM_ROOT_SECRET_KEY")
+_CALLER_KEYS = ("ORGMEM_ACCESS_KEY", "ORGMEM_SECRET_KEY")
+
+
+def child_environment(env: Mapping[str, str], keep_credentials: bool) -> dict[str, str]:
+    """The environment CMD starts from: the caller's, minus the keys that identify the caller."""
+    dropped = _ROOT_KEYS + (() if keep_credentials else _CALLER_KEYS)
+    return {name: value for name, value in env.items() if name not in dropped}

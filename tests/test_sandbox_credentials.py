@@ -215,12 +215,14 @@ def test_sandbox_credentials_cannot_mint_longer_lived_keys(gw, admin, secrets_se
     assert as_boss.whoami()["name"] == "sbx-boss"
     for attempt in (lambda: as_boss.create_key("sbx-boss"),
                     lambda: as_boss.rotate_key("sbx-boss"),
-                    lambda: as_boss.sandbox_credentials("sbx-boss", SANDBOX_TTL_MAX)):
+                    lambda: as_boss.sandbox_credentials("sbx-boss", SANDBOX_TTL_MAX),
+                    lambda: as_boss.create_agent("sbx-escape", policies=["admin"])):
         with pytest.raises(AdminError) as info:
             attempt()
         assert info.value.status == 403 and "Sandbox credentials cannot create" in info.value.message
     assert len(admin.get_agent("sbx-boss")["keys"]) == 1
     assert len(admin.get_agent("sbx-boss")["temporary_keys"]) == 1
+    assert "sbx-escape" not in [a["name"] for a in admin.list_agents()]
 
 
 # -- expiry, disabling, revoking -------------------------------------------------------------------------

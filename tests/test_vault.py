@@ -166,11 +166,14 @@ def test_concurrent_check_and_set_has_one_winner_per_version(root):
     assert sorted(s for s, _ in results) == [200] + [412] * 7
     assert root.meta(path)["current_version"] == 2
     # without cas, every writer gets its own version
-    threads = [threading.Thread(target=lambda i=i: root.put(path, f"free-value-{i:03d}")) for i in range(6)]
+    statuses: list[int] = []
+    threads = [threading.Thread(target=lambda i=i: statuses.append(root.put(path, f"free-value-{i:03d}")[0]))
+               for i in range(6)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    assert statuses == [200] * 6
     assert [e["version"] for e in root.meta(path)["versions"]] == list(range(1, 9))
 
 
@@ -221,6 +224,64 @@ def test_writes_are_audited_with_their_version(root, admin):
     records = [r for r in admin.audit(principal="root", limit=1000)["records"]
                if r["resource"] == f"arn:orgmem:vault:::{path}"]
     assert [(r["operation"], r["version"]) for r in records] == [("PutSecret", 1), ("PutSecret", 2)]
+
+
+def test_destroyed_and_pruned_versions_leave_no_record_behind(tmp_path):
+    """Destroying means the sealed record (and its wrapped data key) is gone from the backend,
+    not only marked so; an unlisted record of a writer still at work survives a destroy_all."""
+    store = LocalStore(tmp_path / "store")
+    store.create_bucket(INTERNAL_BUCKET)
+    secrets = Secrets(store, StaticKeyProvider(b"k" * 32))
+
+    def records(path: str) -> list[str]:
+        return [e.key for e in store.list_objects(INTERNAL_BUCKET, data_prefix(path)).entries]
+    for n in range(1, 4):
+        secrets.put("app/x", f"value-number-{n}".encode(), "root")
+    assert len(records("app/x")) == 3
+    secrets.destroy("app/x", [1])
+    assert len(records("app/x")) == 2 and all(".0000000001." not in k for k in records("app/x"))
+    secrets.set_metadata("app/x", max_versions=1)
+    assert len(records("app/x")) == 1
+    in_flight = data_prefix("app/x") + "0000000004.feedbeef"
+    write_object(store, INTERNAL_BUCKET, in_flight, b"a record a writer has just written")
+    secrets.destroy_all("app/x")
+    assert records("app/x") == [in_flight]
+    with pytest.raises(SecretError) as gone:
+        secrets.get("app/x")
+    assert gone.value.code == "NoSuchSecret"
+    assert secrets.put("app/x", b"a fresh start", "root", cas=0)["version"] == 1
+
+
+def test_lowering_max_versions_needs_the_right_to_destroy(gw, root, admin):
+    name, agent, created = new_agent(admin, gw)
+    policy = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": [
+        "vault:PutSecret", "vault:GetSecret", "vault:ListSecrets"], "Resource": f"arn:orgmem:vault:::agents/{name}/*"}]}
+    admin.put_policy(f"writer-{name}", json.dumps(policy).encode())
+    admin.attach_policy(f"writer-{name}", agent=name)
+    path = f"agents/{name}/keys"
+    for n in range(3):
+        assert agent.put(path, f"agent-value-{n:03d}")[0] == 200
+    status, code, _ = agent.call("PUT", "metadata/" + path, {"max_versions": 1})
+    assert (status, code) == (403, "AccessDenied")
+    assert agent.call("PUT", "metadata/" + path, {"metadata": {"owner": name}})[0] == 200
+    assert len(root.meta(path)["versions"]) == 3
+
+
+def test_vault_values_are_redacted_wherever_an_event_holds_them(gw, root, admin):
+    name, _, created = new_agent(admin, gw)
+    token = "FILEVAL-" + uuid.uuid4().hex
+    password = "JSONPW-" + uuid.uuid4().hex
+    root.put(f"agents/{name}/token", token + "\n")  # as `vault put --from-file` keeps a newline
+    root.put(f"agents/{name}/db", json.dumps({"user": "app", "password": password}))
+    bio = BioClient(gw.endpoint, created["access_key"], created["secret_key"])
+    session = uid("s")
+    bio.put_events([{"session": session, "kind": "artifact", "content": f"export TOKEN={token}",
+                     "artifact_uri": f"https://example.com/file?token={token}", "tags": [token, "ok"],
+                     "tool": f"curl-{password}", "data": {token: 1, "nested": {"k": [password]}}}])
+    events = bio.events(agent=name, session=session)["events"]
+    text = json.dumps(events)
+    assert token not in text and password not in text
+    assert events[0]["tags"][1] == "ok" and events[0]["redactions"] >= 6
 
 
 # -- the envelope: a record moved on the backend ---------------------------------------------------

@@ -407,6 +407,21 @@ def test_run_passes_secrets_and_the_exit_code(gw, agent, agent_secrets, tmp_path
     assert_untouched(home, api, password)
 
 
+def test_run_does_not_hand_the_launchers_keys_to_the_command(gw, agent, agent_secrets, tmp_path):
+    api_path, api, _, _ = agent_secrets
+    names = ("ORGMEM_ACCESS_KEY", "ORGMEM_SECRET_KEY", "ORGMEM_ROOT_ACCESS_KEY", "ORGMEM_ROOT_SECRET_KEY")
+    env = {**env_for(gw, agent), "ORGMEM_ROOT_ACCESS_KEY": gw.access_key,
+           "ORGMEM_ROOT_SECRET_KEY": gw.secret_key}
+    proc = orgmem(gw, "run", "--secret", f"K={api_path}", "--", sys.executable, "-c", CHILD_HASHES,
+                  "K", *names, env=env)
+    assert stdout(proc).splitlines() == [f"K {sha(api)}"] + [f"{name} -" for name in names]
+    proc = orgmem(gw, "run", "--keep-credentials", "--secret", f"K={api_path}", "--", sys.executable,
+                  "-c", CHILD_HASHES, *names, env=env)
+    assert stdout(proc).splitlines() == [f"ORGMEM_ACCESS_KEY {sha(agent['access_key'])}",
+                                         f"ORGMEM_SECRET_KEY {sha(agent['secret_key'])}",
+                                         "ORGMEM_ROOT_ACCESS_KEY -", "ORGMEM_ROOT_SECRET_KEY -"]
+
+
 def test_run_replaces_itself_with_the_command(gw, agent, agent_secrets):
     """The child runs as the very process that was started (execvpe): signals sent to it reach
     the command, and nothing of orgmem stays behind to wait."""

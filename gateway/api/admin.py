@@ -161,6 +161,7 @@ class AdminApi:
         return Reply(data={"agents": self.identities.list_agents()})
 
     def create_agent(self, call: Call) -> Reply:
+        _refuse_temporary_caller(call)  # a new agent comes with a lasting key
         body = call.model(NewAgent)
         agent, key = self.identities.create_agent(body.name, body.kind, body.teams, body.policies)
         return Reply(201, {"name": body.name, "access_key": key.access_key, "secret_key": key.secret_key,
@@ -296,11 +297,11 @@ class AdminApi:
 
 
 def _refuse_temporary_caller(call: Call) -> None:
-    """Sandbox credentials must not mint keys: a lasting key, or fresh sandbox credentials,
-    would outlive the expiry that is the point of them."""
+    """Sandbox credentials must not mint keys: a lasting key (of a new agent too), or fresh
+    sandbox credentials, would outlive the expiry that is the point of them."""
     if call.principal.temporary:
-        raise ApiError("AccessDenied", "Sandbox credentials cannot create access keys or sandbox "
-                       "credentials; ask with the agent's own keys or an administrator's.", 403)
+        raise ApiError("AccessDenied", "Sandbox credentials cannot create agents, access keys or "
+                       "sandbox credentials; ask with the agent's own keys or an administrator's.", 403)
 
 
 def _session_label(principal: Principal) -> str | None:

@@ -55,7 +55,7 @@ def add_routes(r: Router, secrets: Secrets) -> None:
     add("GET", "/v1/vault/metadata/{path:path}", "GetSecretMetadata", "vault:ListSecrets", api.path_arn,
         api.metadata)
     add("PUT", "/v1/vault/metadata/{path:path}", "PutSecretMetadata", "vault:PutSecret", api.path_arn,
-        api.set_metadata)
+        api.set_metadata, also=api.pruning_needs)
     add("DELETE", "/v1/vault/metadata/{path:path}", "DestroySecretAll", "vault:DestroySecret",
         api.path_arn, api.destroy_all)
 
@@ -74,6 +74,16 @@ class VaultApi:
         prefix = "" if prefix is None else prefix.rstrip("/") + "/"
         call.state["prefix"] = check_prefix(prefix)
         return ARN + prefix
+
+    def pruning_needs(self, call: Call) -> list[tuple[str, str]]:
+        """Lowering max_versions destroys the oldest versions: that takes vault:DestroySecret."""
+        try:
+            body = call.json()
+        except Exception:  # noqa: BLE001 - the handler answers the bad body
+            return []
+        if isinstance(body, dict) and "max_versions" in body:
+            return [("vault:DestroySecret", ARN + call.params["path"])]
+        return []
 
     # -- handlers ------------------------------------------------------------------------
 

@@ -572,30 +572,33 @@ class _Values:
         """Whether any value occurs in ``text``, JSON that holds it in a string."""
         return self.json_automaton is not None and next(self.json_automaton.iter(text), None) is not None
 
-    def spans(self, text: str) -> list[tuple[int, int]]:
-        """Leftmost-longest, non-overlapping occurrences, outside existing markers."""
-        if self.automaton is None:
+    def spans(self, text: str, in_json: bool = False) -> list[tuple[int, int, str]]:
+        """Leftmost-longest, non-overlapping occurrences ``(start, end, value)`` outside
+        existing markers; ``in_json``: as JSON text spells the values."""
+        automaton = self.json_automaton if in_json else self.automaton
+        if automaton is None:
             return []
-        found = sorted(((end - len(v) + 1, end + 1) for end, v in self.automaton.iter(text)),
+        found = sorted(((end - n + 1, end + 1, value) for end, (n, value) in automaton.iter(text)),
                        key=lambda span: (span[0], -span[1]))
         if not found:
             return []
         markers = [m.span() for m in MARKER_RE.finditer(text)] if "[REDACTED:" in text else []
-        out: list[tuple[int, int]] = []
+        out: list[tuple[int, int, str]] = []
         pos = 0
-        for start, end in found:
+        for start, end, value in found:
             if start >= pos and not any(s < end and start < e for s, e in markers):
-                out.append((start, end))
+                out.append((start, end, value))
                 pos = end
         return out
 
 
-def _automaton(values: tuple[str, ...]) -> Any:
-    if not values:
+def _automaton(pairs: list[tuple[str, str]]) -> Any:
+    """An automaton finding each needle; its payload is (needle length, the value it spells)."""
+    if not pairs:
         return None
     automaton = ahocorasick.Automaton()
-    for value in values:
-        automaton.add_word(value, value)
+    for needle, value in pairs:
+        automaton.add_word(needle, (len(needle), value))
     automaton.make_automaton()
     return automaton
 
@@ -637,8 +640,8 @@ class Redactor:
         if values == set(self._values.values):
             return
         ordered = tuple(sorted(values, key=lambda v: (-len(v), v)))
-        escaped = tuple({orjson.dumps(v).decode()[1:-1] for v in ordered})
-        self._values = _Values(ordered, _automaton(ordered), _automaton(escaped))
+        escaped = [(orjson.dumps(v).decode()[1:-1], v) for v in ordered]
+        self._values = _Values(ordered, _automaton([(v, v) for v in ordered]), _automaton(escaped))
 
     def redact_text(self, text: str) -> tuple[str, int]:
         """``text`` with every secret replaced by its marker, and the number replaced."""
@@ -674,13 +677,15 @@ class Redactor:
         skipped. The prefixes are ASCII that JSON never escapes, so the text shows them if
         any string holds them.
         """
-        if not self._values.in_json(text) and not _ANY_KEYWORD.search(text) \
-                and not _candidates(text, False):
-            return text, 0
+        # exact values first, on the text itself: that reaches dict keys too, and a marker
+        # is plain JSON string content (no quote, backslash or control character)
+        text, found = self._redact_values(text, in_json=True)
+        if not _ANY_KEYWORD.search(text) and not _candidates(text, False):
+            return text, found
         value, hits = self.redact_json(orjson.loads(text))
         if not hits:
-            return text, 0
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(), hits
+            return text, found
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode(), hits + found
 
     # -- internals --
 
@@ -693,11 +698,22 @@ class Redactor:
         parts.append(text[pos:])
         return "".join(parts)
 
-    def _redact_values(self, text: str) -> tuple[str, int]:
-        spans = self._values.spans(text)
+    def redact_values(self, text: str) -> tuple[str, int]:
+        """``text`` with only the registered exact values replaced (identifiers, URIs, tags:
+        fields no pattern rule should touch, but where a pasted secret must not stay)."""
+        return self._redact_values(text)
+
+    def _redact_values(self, text: str, in_json: bool = False) -> tuple[str, int]:
+        spans = self._values.spans(text, in_json)
         if not spans:
             return text, 0
-        return self._apply(text, [(start, end, "vault") for start, end in spans]), len(spans)
+        parts: list[str] = []
+        pos = 0
+        for start, end, value in spans:
+            parts += (text[pos:start], self.marker("vault", value))
+            pos = end
+        parts.append(text[pos:])
+        return "".join(parts), len(spans)
 
     def _plan(self, leaves: list[str], keyed: dict[int, str]) -> dict[int, tuple[str, int]]:
         """New text and hit count for each leaf that changes, from one scan of all leaves.
@@ -730,7 +746,7 @@ class Redactor:
 
     def _vault_leaves(self, joined: str, starts: list[int]) -> set[int]:
         """Indices of the leaves that contain a registered exact value."""
-        return {bisect_right(starts, start) - 1 for start, _ in self._values.spans(joined)}
+        return {bisect_right(starts, start) - 1 for start, _, _ in self._values.spans(joined)}
 
     def _redact_assigned(self, key: str, value: str) -> tuple[str, int]:
         spans = assigned_value_spans(key, value, 0, len(value))

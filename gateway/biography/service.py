@@ -119,6 +119,20 @@ class Biographies:
         if e.data is not None:
             e.data, n = self.redactor.redact_json_text(e.data)
             hits += n
+        # a vault value pasted anywhere else (a URI's query, a tag) goes too; the pattern
+        # rules stay on content and data, where prose and tool output live
+        for name in ("artifact_uri", "tool", "model"):
+            text = getattr(e, name)
+            if text:
+                text, n = self.redactor.redact_values(text)
+                if n:
+                    setattr(e, name, text)
+                    hits += n
+        if e.tags:
+            redacted = [self.redactor.redact_values(tag) for tag in e.tags]
+            if any(n for _, n in redacted):
+                e.tags = [tag for tag, _ in redacted]
+                hits += sum(n for _, n in redacted)
         e.redactions = hits
         return e
 

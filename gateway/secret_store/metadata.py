@@ -73,6 +73,11 @@ class SecretMeta:
             raise SecretError("SecretDamaged", "A secret's metadata is damaged; restore it from "
                               "backup.") from None
 
+    @property
+    def empty(self) -> bool:
+        """No version was ever written (or the path was destroyed whole): no such secret."""
+        return self.current == 0 and not self.versions
+
     # -- views --------------------------------------------------------------------
 
     def view(self) -> dict[str, Any]:

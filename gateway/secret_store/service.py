@@ -13,6 +13,7 @@ reach that set through :meth:`refresh_values`, which the gateway runs every few 
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections import Counter
@@ -23,6 +24,7 @@ from vault import IntegrityError, KeyUnavailable, VaultError
 from vault import secrets as sealed
 from vault.keys import KeyProvider
 
+from ..iam.audit import iso_ms
 from ..store.base import INTERNAL_BUCKET, NoSuchKey, ObjectStore, PreconditionFailed, WriteCondition
 from ..store.objects import read_object, swap_condition, write_object
 from ..store.sealed import SealError
@@ -54,8 +56,9 @@ class Secrets:
         self.keys = keys
         self._on_values = on_values
         self._lock = threading.Lock()
-        #: (path, version) -> plaintext, for redaction by value; never logged
-        self._values: dict[tuple[str, int], str] = {}
+        self._publish_lock = threading.Lock()
+        #: (path, version) -> the texts to redact for it (see _texts); never logged
+        self._values: dict[tuple[str, int], tuple[str, ...]] = {}
         #: meta key -> ETag, as last read by refresh_values
         self._seen: dict[str, str] = {}
 
@@ -85,13 +88,15 @@ class Secrets:
             _, dropped = meta.add_version(name, by, now)
             if custom is not None:
                 meta.custom = custom
+            # versions pruned past max_versions lose their records first: a crash after this
+            # leaves them listed but unreadable (410), never unlisted but still on the backend
+            self._delete_records(path, dropped)
             if self._swap(path, meta, etag):
-                self._delete_records(path, dropped)
-                self._remember(path, version, value)
+                self._remember(path, version, value, publish=False)
                 self._forget_dropped(path, meta)
+                self._publish()
                 self._sweep(path, meta, now)
-                return {"path": path, "version": version, "created_time": meta.view()["versions"][-1]
-                        ["created_time"], "created_by": by}
+                return {"path": path, "version": version, "created_time": iso_ms(now), "created_by": by}
             self._delete_records(path, [name])  # lost the race: our record is nobody's
         raise _busy(path)
 
@@ -115,18 +120,16 @@ class Secrets:
         return self._update(path, change, _required(versions))
 
     def destroy(self, path: str, versions: list[int]) -> dict[str, Any]:
-        """Discard the records (and so the wrapped data keys) of ``versions`` for good."""
-        doomed: list[str] = []
+        """Discard the records (and so the wrapped data keys) of ``versions`` for good.
 
+        The records go before the metadata says so: should the swap fail or the gateway stop
+        in between, the versions are already unreadable, and a retry finishes the job."""
         def change(meta: SecretMeta) -> None:
-            doomed.clear()
-            for n in versions:
-                entry = meta.entry(n)
-                if entry.record:
-                    doomed.append(entry.record)
-                    entry.record = None
+            entries = [meta.entry(n) for n in versions]  # every version named must exist
+            self._delete_records(path, [e.record for e in entries if e.record])
+            for entry in entries:
+                entry.record = None
         view = self._update(path, change, _required(versions))
-        self._delete_records(path, doomed)
         with self._lock:
             for n in versions:
                 self._values.pop((path, n), None)
@@ -139,30 +142,34 @@ class Secrets:
             check_max_versions(max_versions)
         if custom is not None:
             custom = check_custom(custom)
-        dropped: list[str] = []
-
         def change(meta: SecretMeta) -> None:
             if max_versions is not None:
                 meta.max_versions = max_versions
-                dropped[:] = meta.prune()
+                self._delete_records(path, meta.prune())  # before the swap, as in destroy
             if custom is not None:
                 meta.custom = custom
         view = self._update(path, change, None)
-        self._delete_records(path, dropped)
+        self._forget_dropped(path, self._read(path)[0] or SecretMeta(path))
+        self._publish()
         return view
 
     def destroy_all(self, path: str) -> None:
-        """Destroy every version and forget the path (its number starts again at 1)."""
+        """Destroy every version and forget the path (its versions start again at 1).
+
+        The metadata is swapped for an empty one rather than deleted, so a writer racing
+        with this loses its compare-and-swap and retries on the empty path instead of
+        having its freshly written record swept away; only records listed in the
+        metadata this call read are deleted (before the swap, as in :meth:`destroy`)."""
         check_path(path)
-        meta, etag = self._read(path)
-        if meta is None:
-            raise _no_such(path)
-        try:
-            self.store.delete_object(INTERNAL_BUCKET, meta_key(path))
-        except NoSuchKey:
-            pass
-        self._delete_records(path, [e.record for e in meta.versions.values() if e.record])
-        self._sweep(path, SecretMeta(path), time.time() + ORPHAN_GRACE)
+        for _ in range(_CAS_ATTEMPTS):
+            meta, etag = self._read(path)
+            if meta is None or meta.empty:
+                raise _no_such(path)
+            self._delete_records(path, [e.record for e in meta.versions.values() if e.record])
+            if self._swap(path, SecretMeta(path), etag):
+                break
+        else:
+            raise _busy(path)
         with self._lock:
             for key in [k for k in self._values if k[0] == path]:
                 del self._values[key]
@@ -174,7 +181,7 @@ class Secrets:
         """A version's value (the latest by default) and its description."""
         check_path(path)
         meta, _ = self._read(path)
-        if meta is None or not meta.versions:
+        if meta is None or meta.empty:
             raise _no_such(path)
         n = meta.current if version is None else version
         entry = meta.entry(n)
@@ -191,7 +198,7 @@ class Secrets:
     def metadata(self, path: str) -> dict[str, Any]:
         check_path(path)
         meta, _ = self._read(path)
-        if meta is None:
+        if meta is None or meta.empty:
             raise _no_such(path)
         return meta.view()
 
@@ -205,7 +212,7 @@ class Secrets:
         for entry in page.entries:
             path = path_of_meta(entry.key)
             meta = self._read(path)[0] if path else None
-            if meta is not None:
+            if meta is not None and not meta.empty:
                 rows.append(meta.summary())
         folders = [p[len(META_PREFIX):] for p in page.common_prefixes]
         out: dict[str, Any] = {"prefix": prefix, "secrets": rows, "folders": folders}
@@ -287,7 +294,7 @@ class Secrets:
 
     def values(self) -> list[str]:
         with self._lock:
-            return list(self._values.values())
+            return [text for texts in self._values.values() for text in texts]
 
     # -- internals ----------------------------------------------------------------------
 
@@ -305,7 +312,7 @@ class Secrets:
             write_object(self.store, INTERNAL_BUCKET, meta_key(path), meta.encode(), "application/json",
                          swap_condition(etag))
             return True
-        except PreconditionFailed:
+        except (PreconditionFailed, NoSuchKey):  # someone else changed it first
             return False
 
     def _update(self, path: str, change: Callable[[SecretMeta], None],
@@ -315,7 +322,7 @@ class Secrets:
         _check_versions(versions)
         for _ in range(_CAS_ATTEMPTS):
             meta, etag = self._read(path)
-            if meta is None:
+            if meta is None or meta.empty:
                 raise _no_such(path)
             change(meta)
             meta.updated = time.time()
@@ -379,12 +386,11 @@ class Secrets:
         self._delete_records(path, orphans)
 
     def _remember(self, path: str, version: int, value: bytes, publish: bool = True) -> None:
-        try:
-            text = value.decode("utf-8")
-        except UnicodeDecodeError:
+        texts = _texts(value)
+        if not texts:
             return  # binary values are not found in text
         with self._lock:
-            self._values[(path, version)] = text
+            self._values[(path, version)] = texts
         if publish:
             self._publish()
 
@@ -399,8 +405,40 @@ class Secrets:
                 del self._values[key]
 
     def _publish(self) -> None:
+        """Hand the current values to the redactor; snapshot and hand-over under one lock, so
+        a slower publisher never installs an older set over a newer one."""
         if self._on_values is not None:
-            self._on_values(self.values())
+            with self._publish_lock:
+                self._on_values(self.values())
+
+
+def _texts(value: bytes) -> tuple[str, ...]:
+    """What to redact for one value: its text, the text without surrounding whitespace (a
+    file's trailing newline), and for a JSON object each string in it (what ``orgmem run
+    ENV=PATH#field`` hands out alone)."""
+    try:
+        text = value.decode("utf-8")
+    except UnicodeDecodeError:
+        return ()
+    found = {text, text.strip()}
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        doc = None
+    if isinstance(doc, (dict, list)):
+        found.update(_strings(doc))
+    return tuple(t for t in found if t)
+
+
+def _strings(doc: Any) -> Iterator[str]:
+    if isinstance(doc, str):
+        yield doc
+    elif isinstance(doc, dict):
+        for item in doc.values():
+            yield from _strings(item)
+    elif isinstance(doc, list):
+        for item in doc:
+            yield from _strings(item)
 
 
 def _cas_message(path: str, cas: int, current: int) -> str:
