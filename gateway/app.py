@@ -91,7 +91,7 @@ class Gateway:
     @cached_property
     def mcp(self) -> McpEndpoint:
         """/mcp: the memory as MCP tools, called as the bearer token's principal."""
-        return McpEndpoint(self.rest.authenticator, self.rest.recorder, self.config.scheme)
+        return McpEndpoint(self.rest.authenticator, self.rest.recorder, self)
 
     async def __call__(self, scope: dict, receive, send) -> None:
         if scope["type"] == "lifespan":

@@ -88,9 +88,10 @@ def _agent(gw, admin):
 
 
 @asynccontextmanager
-async def http_session(gw: Gateway, authorization: str, ca: str | None = None):
+async def http_session(gw: Gateway, authorization: str, ca: str | None = None, **headers: str):
     verify = ssl.create_default_context(cafile=ca) if ca else True
-    async with httpx2.AsyncClient(headers={"Authorization": authorization}, timeout=60, verify=verify) as http:
+    async with httpx2.AsyncClient(headers={"Authorization": authorization, **headers}, timeout=60,
+                                  verify=verify) as http:
         async with streamable_http_client(gw.endpoint + "/mcp", http_client=http) as (read, write):
             async with ClientSession(read, write, read_timeout_seconds=60) as session:
                 await session.initialize()
@@ -444,11 +445,37 @@ def test_tool_calls_are_the_callers_audited_rest_calls(gw, admin, agent):
     assert puts[-1]["decision"] == "allow"
 
 
+def test_tool_calls_come_from_the_callers_address(tmp_path):
+    """Tool calls run in process with the MCP request's own client address, so audit records
+    name it and aws:SourceIp conditions apply to it (behind a trusted proxy: X-Forwarded-For)."""
+    gw = Gateway(tmp_path / "data", env=SDK_PATH, extra_args=["--trusted-proxies", "127.0.0.1"]).start()
+    try:
+        admin = AdminClient(gw.endpoint, gw.access_key, gw.secret_key)
+        created = admin.create_agent("ip-agent")
+        admin.put_policy("no-lab-net", {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Deny", "Action": "memory:PutDocument", "Resource": "*",
+            "Condition": {"IpAddress": {"aws:SourceIp": "198.51.100.0/24"}}}]})
+        admin.attach_policy("no-lab-net", agent="ip-agent")
+        bearer = f"Bearer {created['access_key']}:{created['secret_key']}"
+
+        async def scenario():
+            async with http_session(gw, bearer, **{"X-Forwarded-For": "203.0.113.7"}) as s:
+                await ok(s, "remember", {"title": "From afar", "body": "b", "id": "afar"})
+            async with http_session(gw, bearer, **{"X-Forwarded-For": "198.51.100.9"}) as s:
+                assert "AccessDenied" in await fails(s, "remember", {"title": "Lab", "body": "b", "id": "lab"})
+        run(scenario)
+        records = admin.audit(principal="ip-agent")["records"]
+        puts = {r["remote_addr"]: r["decision"] for r in records if r.get("operation") == "PutDocument"}
+        assert puts == {"203.0.113.7": "allow", "198.51.100.9": "deny"}
+    finally:
+        gw.stop()
+
+
 def test_https_gateway(tmp_path, tls_files):
-    """Over TLS the tools dial the gateway's own https address; its CA comes from the gateway's
-    ORGMEM_CA_BUNDLE, as for any SDK client."""
+    """Over TLS: the MCP client checks the gateway's certificate; the tools call the gateway in
+    process, so they need no CA of their own."""
     gw = Gateway(tmp_path / "data", tls=(tls_files["cert"], tls_files["key"]),
-                 env={**SDK_PATH, "ORGMEM_CA_BUNDLE": tls_files["ca"]}).start()
+                 env=SDK_PATH).start()
     try:
         admin = AdminClient(gw.endpoint, gw.access_key, gw.secret_key, ca_file=tls_files["ca"])
         created = admin.create_agent("tls-agent")

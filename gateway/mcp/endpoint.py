@@ -3,8 +3,10 @@
 The caller sends ``Authorization: Bearer ACCESS_KEY:SECRET_KEY``. The gateway's own
 :class:`~gateway.iam.authn.Authenticator` checks it before MCP sees the request (401 with a
 JSON error otherwise, audited like any refused request), and the tools then call the
-gateway's REST and S3 API on its own listening address with those same keys: every tool
-call passes the same policies and leaves the same audit record as the equivalent REST call.
+gateway's REST and S3 API with those same keys, in process (``httpx.ASGITransport`` into the
+gateway's own ASGI app, signed as over TCP): every tool call passes the same policies and
+leaves the same audit record as the equivalent REST call, with the caller's address and
+scheme (``aws:SourceIp``, ``aws:SecureTransport``) as the MCP request carried them.
 
 The MCP transport runs stateless with JSON answers: no session lives in this process, so
 any replica behind a load balancer can answer any request. The SDK (and its session
@@ -29,6 +31,8 @@ from ..recorder import Outcome, Recorder
 from ..s3.sigv4 import AuthError
 
 PATHS = ("/mcp", "/mcp/")
+#: The Host the in-process tool calls name (signed like any other; never resolved).
+IN_PROCESS_HOST = "orgmem.internal"
 #: Where the authenticated caller travels in the ASGI scope, for the tools to find.
 CALLER = "orgmem.mcp.caller"
 #: An MCP request body: one JSON-RPC message; a workspace file is at most 1 MiB of text,
@@ -51,6 +55,8 @@ class Credentials:
     name: str
     kind: str
     is_root: bool
+    #: the address the MCP request came from: its tool calls come from there too
+    client_ip: str = ""
 
     def __repr__(self) -> str:  # never the secret
         return f"Credentials(endpoint={self.endpoint!r}, access_key={self.access_key!r}, name={self.name!r})"
@@ -59,13 +65,11 @@ class Credentials:
 class McpEndpoint:
     """The ASGI app for /mcp: authenticate, then hand the request to the MCP session manager."""
 
-    def __init__(self, authenticator: Authenticator, recorder: Recorder, scheme: str,
-                 ca_bundle: str | None = None) -> None:
+    def __init__(self, authenticator: Authenticator, recorder: Recorder, app) -> None:
         self.authenticator = authenticator
         self.recorder = recorder
-        #: the gateway's own scheme (not X-Forwarded-Proto: the tools dial this very socket)
-        self.scheme = scheme
-        self.ca_bundle = ca_bundle
+        #: the gateway's ASGI app, which the tools call in process
+        self.app = app
         self._manager = None
         self._clients = None
         self._runner: asyncio.Task | None = None
@@ -96,14 +100,9 @@ class McpEndpoint:
         token = authorization[len("Bearer "):].strip()
         access_key, _, secret_key = token.partition(":")
         p = auth.principal
-        return Credentials(self._loopback(scope), access_key, secret_key, p.name, p.kind, p.is_root)
-
-    def _loopback(self, scope: dict) -> str:
-        """This gateway's own address, as the connection that brought the request reached it."""
-        host, port = scope.get("server") or ("127.0.0.1", 9000)
-        if ":" in host:
-            host = f"[{host}]"
-        return f"{self.scheme}://{host}:{port}"
+        endpoint = f"{scope.get('scheme', 'http')}://{IN_PROCESS_HOST}"
+        return Credentials(endpoint, access_key, secret_key, p.name, p.kind, p.is_root,
+                           (scope.get("client") or ("", 0))[0])
 
     async def _refuse(self, scope: dict, headers: dict[str, str], exc: AuthError, send,
                       started: float) -> None:
@@ -162,5 +161,12 @@ class McpEndpoint:
         from .tools import Caller
 
         c: Credentials = scope[CALLER]
-        client = self._clients.get(c.endpoint, c.access_key, c.secret_key, self.ca_bundle)
+        client = self._clients.get(c.endpoint, c.access_key, c.secret_key, None,
+                                   transport=lambda: self._transport(c.client_ip), origin=c.client_ip)
         return Caller(client, c.name, c.kind, c.is_root)
+
+    def _transport(self, client_ip: str):
+        """Requests into the gateway's own app, as if from ``client_ip`` (no socket, no TLS)."""
+        import httpx
+
+        return httpx.ASGITransport(app=self.app, client=(client_ip or "127.0.0.1", 0))

@@ -98,15 +98,19 @@ class ClientCache:
 
     def __init__(self, size: int = MAX_CLIENTS) -> None:
         self._size = size
-        self._clients: OrderedDict[tuple[str, str, str], AsyncClient] = OrderedDict()
+        self._clients: OrderedDict[tuple[str, str, str, str], AsyncClient] = OrderedDict()
         self._closing: set[asyncio.Task] = set()
 
-    def get(self, endpoint: str, access_key: str, secret_key: str, ca_bundle: str | None) -> AsyncClient:
+    def get(self, endpoint: str, access_key: str, secret_key: str, ca_bundle: str | None,
+            transport: Callable[[], Any] | None = None, origin: str = "") -> AsyncClient:
+        """The client for one key pair (and ``origin``: whom its calls stand for); ``transport``
+        makes the network layer of a new one."""
         # the secret is part of the key (hashed): a wrong secret never reuses a right one's client
-        key = (endpoint, access_key, hashlib.sha256(secret_key.encode()).hexdigest())
+        key = (endpoint, access_key, hashlib.sha256(secret_key.encode()).hexdigest(), origin)
         client = self._clients.get(key)
         if client is None:
-            client = AsyncClient(endpoint, access_key, secret_key, ca_bundle=ca_bundle)
+            client = AsyncClient(endpoint, access_key, secret_key, ca_bundle=ca_bundle,
+                                 transport=transport() if transport else None)
             self._clients[key] = client
             while len(self._clients) > self._size:
                 _, dropped = self._clients.popitem(last=False)
