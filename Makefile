@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
-APT_PACKAGES := s3fs rclone wrk fuse3
+APT_PACKAGES := s3fs rclone wrk fuse3 nginx
 
 .PHONY: install run test bench system-deps clean
 
@@ -18,7 +18,8 @@ install: $(STAMP)
 run: $(STAMP)
 	$(VENV)/bin/orgmem serve
 
-# Debian packages the client tests drive (s3fs-fuse, rclone) and the benchmark uses (wrk).
+# Debian packages the client tests drive (s3fs-fuse, rclone), the benchmark uses (wrk) and the
+# local cluster puts in front of the gateways (nginx).
 system-deps:
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -37,6 +38,7 @@ bench: $(STAMP) system-deps
 	$(PY) bench/seal_bench.py $(SEAL_BENCH_ARGS)
 	$(PY) bench/bio_bench.py $(filter --quick,$(BENCH_ARGS))
 	$(PY) bench/search_bench.py $(filter --quick,$(BENCH_ARGS))
+	$(PY) bench/cluster_bench.py $(filter --quick,$(BENCH_ARGS))
 
 clean:
 	rm -rf $(VENV) orgmem-data

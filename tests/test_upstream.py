@@ -337,6 +337,19 @@ def pair(weed, tmp_path_factory):
     second.stop()
 
 
+def test_a_key_issued_by_one_gateway_works_on_the_other_at_once(pair):
+    """An unknown key makes a gateway re-read the identities (at most every 0.2 s), so a key
+    just issued through another replica is not refused while its periodic refresh is due."""
+    from gateway.admin_client import AdminClient
+
+    a, b = pair
+    for _ in range(3):
+        created = AdminClient(a.endpoint, a.access_key, a.secret_key).create_agent(f"fresh-{uuid.uuid4().hex[:8]}")
+        as_new = AdminClient(b.endpoint, created["access_key"], created["secret_key"])
+        assert as_new.whoami()["name"] == created["name"]
+        time.sleep(0.25)  # past the miss-refresh spacing: each try is its own first miss
+
+
 def test_two_gateways_see_each_others_objects(pair):
     a, b = (client(gw) for gw in pair)
     bucket = f"shared-{uuid.uuid4().hex[:8]}"

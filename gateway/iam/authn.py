@@ -13,6 +13,7 @@ and is compared with this clock at every request, so an expired key is refused
 from __future__ import annotations
 
 import hmac
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from .model import iso
 from .principals import CredentialStore, Principal
 
 UNSIGNED = "UNSIGNED-PAYLOAD"
+#: Seconds between re-reads of the identities prompted by an unknown access key.
+MISS_REFRESH = 0.2
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,8 @@ class Authenticator:
     def __init__(self, credentials: CredentialStore, clock: Callable[[], float] = time.time) -> None:
         self._credentials = credentials
         self._clock = clock
+        self._last_miss_refresh = 0.0
+        self._miss_lock = threading.Lock()
 
     def authenticate(self, method: str, raw_path: str, raw_query: str,
                      query: Sequence[tuple[str, str]], headers: Mapping[str, str]) -> Authenticated:
@@ -62,10 +67,29 @@ class Authenticator:
 
     def _lookup(self, access_key: str) -> tuple[Principal, str]:
         found = self._credentials.lookup(access_key)
+        if found is None and self._refresh_on_miss():
+            found = self._credentials.lookup(access_key)
         if found is None:
             raise AuthError("InvalidAccessKeyId", "The AWS Access Key Id you provided does not "
                             "exist in our records.")
         return found
+
+    def _refresh_on_miss(self) -> bool:
+        """An unknown key may be one another gateway has just issued: re-read the identities
+        if they changed, at most every MISS_REFRESH seconds, so unknown keys cannot make each
+        request a round trip to the store. True when something new was loaded."""
+        refresh = getattr(self._credentials, "refresh", None)
+        if refresh is None:
+            return False
+        with self._miss_lock:
+            now = time.monotonic()
+            if now - self._last_miss_refresh < MISS_REFRESH:
+                return False
+            self._last_miss_refresh = now
+        try:
+            return bool(refresh())
+        except Exception:  # noqa: BLE001 - the store is down: answer with what we know
+            return False
 
     def _sigv4(self, signed: sigv4.SignedRequest, method: str, raw_path: str, raw_query: str,
                headers: Mapping[str, str]) -> Authenticated:
