@@ -402,3 +402,25 @@ class AdminClient:
         return self._call("GET", "audit", query={"since": since, "principal": principal,
                                                  "denied": denied or None, "limit": limit,
                                                  "after": after})
+
+
+class ServiceClient:
+    """The base of the typed clients of one API (biographies, memory, skills, the vault): they
+    sign and send with an :class:`AdminClient`, built from an endpoint and keys, or shared with
+    :meth:`over` (the CLI builds one AdminClient from its options and hands it around)."""
+
+    #: seconds a call may wait for its answer, unless the caller says otherwise
+    default_timeout: float = 30
+
+    def __init__(self, endpoint: str, access_key: str, secret_key: str, region: str = DEFAULT_REGION,
+                 timeout: float | None = None, ca_file: str | None = None) -> None:
+        self._transport = AdminClient(endpoint, access_key, secret_key, region=region,
+                                      timeout=self.default_timeout if timeout is None else timeout,
+                                      ca_file=ca_file)
+
+    @classmethod
+    def over(cls, transport: AdminClient):
+        """A client sharing ``transport``'s endpoint, keys and TLS settings."""
+        client = cls.__new__(cls)
+        client._transport = transport
+        return client

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from . import admin_client
-from .admin_client import AdminClient, AdminError
+from .admin_client import AdminError, ServiceClient
 
 BioError = AdminError
 
@@ -59,25 +59,12 @@ def _kinds(kinds: str | Iterable[str] | None) -> str | None:
     return joined or None
 
 
-class BioClient:
+class BioClient(ServiceClient):
     """Typed calls to the biography API, returning the parsed JSON.
 
     Build one from an endpoint and keys, or with :meth:`over` from an AdminClient that is
     already configured (the CLI does this).  Errors are raised as :class:`BioError`.
     """
-
-    def __init__(self, endpoint: str, access_key: str, secret_key: str,
-                 region: str = admin_client.DEFAULT_REGION, timeout: float = 30,
-                 ca_file: str | None = None) -> None:
-        self._transport = AdminClient(endpoint, access_key, secret_key, region=region, timeout=timeout,
-                                      ca_file=ca_file)
-
-    @classmethod
-    def over(cls, transport: AdminClient) -> BioClient:
-        """A BioClient that signs with (and shares the settings of) ``transport``."""
-        client = cls.__new__(cls)
-        client._transport = transport
-        return client
 
     @property
     def endpoint(self) -> str:

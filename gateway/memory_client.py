@@ -14,25 +14,12 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import quote
 
-from . import admin_client
-from .admin_client import AdminClient, AdminError, _query_string
+from .admin_client import AdminError, ServiceClient, _query_string
 
 PREFIX = "/v1/memory"
 
 
-class MemoryClient:
-    def __init__(self, endpoint: str, access_key: str, secret_key: str,
-                 region: str = admin_client.DEFAULT_REGION, timeout: float = 30,
-                 ca_file: str | None = None) -> None:
-        self._transport = AdminClient(endpoint, access_key, secret_key, region=region, timeout=timeout,
-                                      ca_file=ca_file)
-
-    @classmethod
-    def over(cls, transport: AdminClient) -> MemoryClient:
-        client = cls.__new__(cls)
-        client._transport = transport
-        return client
-
+class MemoryClient(ServiceClient):
     def request(self, method: str, path: str, *, query: Mapping[str, Any] | None = None,
                 body: bytes = b"", headers: Mapping[str, str] | None = None) -> tuple[int, dict, bytes]:
         """One signed request; AdminError on >= 400. ``path`` is under /v1/memory, already encoded."""

@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-from . import admin_client
-from .admin_client import AdminClient, AdminError
+from .admin_client import AdminError, ServiceClient
 from .memory import skill_format as fmt
 
 SkillsError = AdminError
@@ -70,18 +69,8 @@ def read_folder(folder: str | os.PathLike) -> tuple[str, list[JSON]]:
                   for p, d in sorted(files.items())]
 
 
-class SkillsClient:
-    def __init__(self, endpoint: str, access_key: str, secret_key: str,
-                 region: str = admin_client.DEFAULT_REGION, timeout: float = 60,
-                 ca_file: str | None = None) -> None:
-        self._transport = AdminClient(endpoint, access_key, secret_key, region=region, timeout=timeout,
-                                      ca_file=ca_file)
-
-    @classmethod
-    def over(cls, transport: AdminClient) -> SkillsClient:
-        client = cls.__new__(cls)
-        client._transport = transport
-        return client
+class SkillsClient(ServiceClient):
+    default_timeout = 60
 
     def _raw(self, method: str, path: str, query: dict | None = None, body: bytes = b"") -> bytes:
         _, _, data = self._transport._request(method, path, query=query, body=body,

@@ -21,8 +21,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import quote
 
-from . import admin_client
-from .admin_client import AdminClient, AdminError
+from .admin_client import AdminError, ServiceClient
 
 PREFIX = "/v1/vault"
 #: The largest value the gateway accepts (bytes; UTF-8 bytes of a text value).
@@ -78,21 +77,8 @@ def _versions(versions: Iterable[int]) -> list[int]:
     return out
 
 
-class VaultClient:
+class VaultClient(ServiceClient):
     """Typed calls to /v1/vault, one method per route, returning the parsed JSON."""
-
-    def __init__(self, endpoint: str, access_key: str, secret_key: str,
-                 region: str = admin_client.DEFAULT_REGION, timeout: float = 30,
-                 ca_file: str | None = None) -> None:
-        self._transport = AdminClient(endpoint, access_key, secret_key, region=region, timeout=timeout,
-                                      ca_file=ca_file)
-
-    @classmethod
-    def over(cls, transport: AdminClient) -> VaultClient:
-        """A VaultClient sharing an AdminClient's endpoint, keys and TLS settings."""
-        client = cls.__new__(cls)
-        client._transport = transport
-        return client
 
     def __repr__(self) -> str:
         return f"VaultClient({self._transport!r})"
