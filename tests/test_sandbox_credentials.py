@@ -11,6 +11,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+import uuid
 from datetime import UTC, datetime
 
 import boto3
@@ -528,3 +529,30 @@ def test_no_sandbox_secret_appears_in_logs_or_audit(gw, admin, secrets_seen):
             assert secret not in text
     assert any(creds["access_key"] in text for text in texts)  # the key ID is audited, its secret not
     assert os.path.exists(gw.log_path)
+
+
+# -- search honours the session policy ---------------------------------------------------------------
+
+
+def test_narrowed_sandbox_keys_search_only_what_the_session_policy_allows(gw, admin, secrets_seen):
+    """Search turns grants into index tokens, cached per principal: the cache must tell a
+    sandbox key narrowed to memory from its agent, or the key would search the biography."""
+    from gateway.bio_client import BioClient
+    from orgmem import Client
+
+    owner = new_agent(admin, secrets_seen, "sbx-searcher")
+    word = "zebraword" + uuid.uuid4().hex[:6]
+    BioClient(gw.endpoint, owner["access_key"], owner["secret_key"]).put_events(
+        [{"session": "s1", "kind": "note", "content": f"the {word} in my biography"}])
+    own = Client(gw.endpoint, owner["access_key"], owner["secret_key"])
+    deadline = time.monotonic() + 30
+    while not own.search(word)["count"]:
+        assert time.monotonic() < deadline, "the event never became searchable"
+        time.sleep(0.3)
+    memory_only = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": [
+        "search:Query", "memory:GetDocument", "memory:ListDocuments"], "Resource": "*"}]}
+    creds = sandbox(admin, secrets_seen, "sbx-searcher", policy_document=memory_only)
+    narrowed = Client(gw.endpoint, creds["access_key"], creds["secret_key"])
+    found = narrowed.search(word)
+    assert found["count"] == 0 and found["hits"] == []
+    assert own.search(word)["count"] == 1  # the agent's own key still finds it
