@@ -18,7 +18,8 @@ What is detected (``TYPES`` lists each type with an example shape):
   ``Authorization: Bearer ...``, ``--token ...``) whose value looks like a real credential:
   long enough, not a placeholder or code, several character classes, enough Shannon entropy.
   A 40-character AWS secret access key in such an assignment gets its own type;
-* exact values registered with ``Redactor.add_values`` (vault secrets), type ``vault``.
+* exact values registered with ``Redactor.replace_values`` (the vault keeps its secrets' values
+  there) or ``add_values``, type ``vault``.
 
 Why literal prefilters and one walk rather than one big alternation: CPython's ``re`` is a
 backtracking engine, so a 15-branch alternation tries every branch at every position and
@@ -75,14 +76,14 @@ TYPES: dict[str, str] = {
     "private_key": "-----BEGIN … PRIVATE KEY----- … -----END … PRIVATE KEY-----",
     "url_password": "scheme://user:<password>@host (only the password is replaced)",
     "secret_assignment": 'password = "…", "api_key": "…", Authorization: Bearer …, --token …',
-    "vault": "an exact value registered with Redactor.add_values",
+    "vault": "an exact value registered with Redactor.replace_values or add_values (vault secrets)",
 }
 #: The type names, in the order of ``TYPES``.
 RULE_NAMES: tuple[str, ...] = tuple(TYPES)
 
 #: A marker as this module writes it; text inside a marker is never scanned again.
 MARKER_RE = re.compile(r"\[REDACTED:[a-z_]+:[0-9a-f]{8}\]")
-#: Shortest exact value ``add_values`` accepts: shorter ones would redact ordinary words.
+#: Shortest exact value ``replace_values``/``add_values`` accept: shorter ones would redact ordinary words.
 MIN_VALUE_LEN = 8
 
 #: (start, end, type) of one replacement inside the scanned string.

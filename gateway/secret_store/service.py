@@ -17,7 +17,7 @@ import json
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from typing import Any, TypeVar
 
 from vault import IntegrityError, KeyUnavailable, VaultError
@@ -93,8 +93,7 @@ class Secrets:
             self._delete_records(path, dropped)
             if self._swap(path, meta, etag):
                 self._remember(path, version, value, publish=False)
-                self._forget_dropped(path, meta)
-                self._publish()
+                self._keep_values(path, meta.versions)
                 self._sweep(path, meta, now)
                 return {"path": path, "version": version, "created_time": iso_ms(now), "created_by": by}
             self._delete_records(path, [name])  # lost the race: our record is nobody's
@@ -130,10 +129,7 @@ class Secrets:
             for entry in entries:
                 entry.record = None
         view = self._update(path, change, _required(versions))
-        with self._lock:
-            for n in versions:
-                self._values.pop((path, n), None)
-        self._publish()
+        self._keep_values(path, _readable(view))
         return view
 
     def set_metadata(self, path: str, max_versions: int | None = None,
@@ -149,8 +145,7 @@ class Secrets:
             if custom is not None:
                 meta.custom = custom
         view = self._update(path, change, None)
-        self._forget_dropped(path, self._read(path)[0] or SecretMeta(path))
-        self._publish()
+        self._keep_values(path, _readable(view))
         return view
 
     def destroy_all(self, path: str) -> None:
@@ -170,10 +165,7 @@ class Secrets:
                 break
         else:
             raise _busy(path)
-        with self._lock:
-            for key in [k for k in self._values if k[0] == path]:
-                del self._values[key]
-        self._publish()
+        self._keep_values(path, ())
 
     # -- reading ------------------------------------------------------------------
 
@@ -269,7 +261,7 @@ class Secrets:
         for key in changed:
             self._learn(key)
         for key in gone:
-            self._forget_path(path_of_meta(key) or "")
+            self._keep_values(path_of_meta(key) or "", (), publish=False)
         self._seen = listed
         if changed or gone:
             self._publish()
@@ -281,9 +273,8 @@ class Secrets:
         if meta is None or path is None:
             return
         readable = {n: e.record for n, e in meta.versions.items() if e.record}
+        self._keep_values(path, readable, publish=False)
         with self._lock:
-            for stale in [k for k in self._values if k[0] == path and k[1] not in readable]:
-                del self._values[stale]
             missing = [n for n in readable if (path, n) not in self._values]
         for n in missing:
             try:
@@ -394,15 +385,13 @@ class Secrets:
         if publish:
             self._publish()
 
-    def _forget_dropped(self, path: str, meta: SecretMeta) -> None:
+    def _keep_values(self, path: str, readable: Collection[int], publish: bool = True) -> None:
+        """Stop redacting the path's versions not in ``readable`` (destroyed or pruned)."""
         with self._lock:
-            for key in [k for k in self._values if k[0] == path and k[1] not in meta.versions]:
+            for key in [k for k in self._values if k[0] == path and k[1] not in readable]:
                 del self._values[key]
-
-    def _forget_path(self, path: str) -> None:
-        with self._lock:
-            for key in [k for k in self._values if k[0] == path]:
-                del self._values[key]
+        if publish:
+            self._publish()
 
     def _publish(self) -> None:
         """Hand the current values to the redactor; snapshot and hand-over under one lock, so
@@ -439,6 +428,11 @@ def _strings(doc: Any) -> Iterator[str]:
     elif isinstance(doc, list):
         for item in doc:
             yield from _strings(item)
+
+
+def _readable(view: dict[str, Any]) -> list[int]:
+    """The versions a metadata view lists as not destroyed."""
+    return [v["version"] for v in view["versions"] if not v["destroyed"]]
 
 
 def _cas_message(path: str, cas: int, current: int) -> str:
