@@ -693,3 +693,36 @@ def test_json_text_redaction_agrees_with_the_walk():
         assert orjson.loads(got) == walked
     r.add_values(["correct-horse-battery"])
     assert r.redact_json_text('{"note":"correct-horse-battery"}')[1] == 1
+
+
+def _all_candidates(text: str, nested_only: bool) -> list[tuple[int, int]]:
+    """Every rule scanned, as before the trigger prefilter existed."""
+    from gateway.biography import redact
+
+    raw, low = redact._views(text)
+    return redact._candidates(text, nested_only, (raw, low, set(range(len(redact.RULES)))))
+
+
+def test_every_rule_but_the_flag_form_has_triggers():
+    """The one-pass prefilter covers the rules; only ``--password VALUE`` (trigger ``--``,
+    which ordinary Markdown is full of) is always scanned."""
+    from gateway.biography import redact
+
+    always = [redact.RULES[i].scanner.pattern[:2] for i in redact._ALWAYS]
+    assert always == ["--"]
+
+
+@pytest.mark.parametrize("nested_only", [False, True])
+def test_trigger_prefilter_finds_what_the_full_scan_finds(nested_only):
+    """On every planted secret, look-alike and odd text of this file (also upper-cased and
+    with a non-ASCII character, which switches the scan to bytes), skipping the rules whose
+    trigger is absent loses no candidate."""
+    from gateway.biography import redact
+
+    texts = [fake for fakes in TOKENS.values() for fake in fakes] + list(STRONG)
+    texts += [f"password = {v}" for v in STRONG] + [f'{{"Api-Key": "{_mix(24)}"}}', "x://u:p@h"]
+    texts += [t for t in FALSE_POSITIVE_TEXTS.values() if isinstance(t, str)]
+    for text in list(texts):
+        texts += [text.upper(), "é " + text, f"prose before {text} and after"]
+    for text in texts:
+        assert redact._candidates(text, nested_only) == _all_candidates(text, nested_only)

@@ -56,6 +56,8 @@ from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from re import _constants as _c  # the parsed form of our own scanners (triggers)
+from re import _parser as _sre_parser
 from typing import Any
 
 import ahocorasick
@@ -513,14 +515,99 @@ _SCANNERS = tuple((*_bound(r), i) for i, r in enumerate(RULES))
 _NESTED_SCANNERS = tuple(s for s in _SCANNERS if RULES[s[-1]].nested)
 
 
-def _candidates(text: str, nested_only: bool) -> list[tuple[int, int]]:
+# --- triggers: one pass that says which rules can fire at all ------------------------------
+
+#: Shorter literals than this would fire on ordinary text (``--`` in Markdown); their rule
+#: is always scanned instead.
+_MIN_TRIGGER = 3
+_MAX_TRIGGERS = 64
+
+
+def _literal_prefixes(items: Any) -> tuple[list[str], bool] | None:
+    """The literal strings a parsed pattern can start with, and whether they are all of it.
+
+    Follows literals, small character classes, groups and alternations from the start and
+    stops at the first anything else; None when the expansion grows past _MAX_TRIGGERS.
+    Every match of the pattern starts with one of the returned strings.
+    """
+    out = [""]
+    for op, av in items:
+        if op is _c.LITERAL:
+            out = [p + chr(av) for p in out]
+        elif op is _c.IN and all(o is _c.LITERAL for o, _ in av):
+            out = [p + chr(c) for p in out for _, c in av]
+        elif op is _c.SUBPATTERN or op is _c.BRANCH:
+            subs = [_literal_prefixes(b) for b in ([av[3]] if op is _c.SUBPATTERN else av[1])]
+            if any(sub is None for sub in subs):
+                return None
+            out = [p + s for p in out for sub in subs for s in sub[0]]  # type: ignore[index]
+            if not all(sub[1] for sub in subs):  # type: ignore[index]
+                return out, False
+        else:
+            return out, False
+        if len(out) > _MAX_TRIGGERS:
+            return None
+    return out, True
+
+
+def _triggers(rule: Rule) -> list[str] | None:
+    """Lower-cased literals, one of which occurs (in the lower-cased text) wherever the
+    rule's scanner matches; None when the scanner has no usable literal start."""
+    try:
+        found = _literal_prefixes(_sre_parser.parse(rule.scanner.pattern))
+    except Exception:  # noqa: BLE001 - an unexpected parse shape only costs speed
+        return None
+    if found is None or any(len(t) < _MIN_TRIGGER for t in found[0]):
+        return None
+    return sorted({t.lower() for t in found[0]})
+
+
+def _trigger_automaton() -> tuple[Any, frozenset[int]]:
+    """An Aho-Corasick automaton from every trigger to its rules, and the rules always run."""
+    by_trigger: dict[str, list[int]] = {}
+    always = set()
+    for i, rule in enumerate(RULES):
+        triggers = _triggers(rule)
+        if triggers is None:
+            always.add(i)
+            continue
+        for t in triggers:
+            by_trigger.setdefault(t, []).append(i)
+    automaton = ahocorasick.Automaton()
+    for t, rules in by_trigger.items():
+        automaton.add_word(t, tuple(rules))
+    automaton.make_automaton()
+    return automaton, frozenset(always)
+
+
+_TRIGGERS, _ALWAYS = _trigger_automaton()
+_KEYWORD_RULES = frozenset(i for i, r in enumerate(RULES) if r.check is _check_assignment)
+_ANY_KEYWORD_LOWER = re.compile(_KEYWORD)
+
+
+def _live_rules(low: str | bytes) -> set[int]:
+    """The rules whose scanner can match: their trigger occurs in ``low`` (lower-cased).
+
+    Most event text holds none of the triggers, so the per-rule scans are skipped: one pass
+    over the text instead of one per rule.
+    """
+    live = set(_ALWAYS)
+    for _, rules in _TRIGGERS.iter(low if isinstance(low, str) else low.decode("ascii")):
+        live.update(rules)
+    return live
+
+
+def _candidates(text: str, nested_only: bool,
+                views: tuple[str | bytes, str | bytes, set[int]] | None = None) -> list[tuple[int, int]]:
     """Sorted (position, rule index) pairs where a rule's literal prefix occurs."""
     found: list[tuple[int, int]] = []
-    raw, low = _views(text)
+    raw, low, live = views or _scan_views(text)
     wide = isinstance(raw, bytes)
     for search, finditer, bsearch, bfinditer, lowered, back, i in (
         _NESTED_SCANNERS if nested_only else _SCANNERS
     ):
+        if i not in live:
+            continue
         if wide:
             search, finditer = bsearch, bfinditer
         src = low if lowered else raw
@@ -530,6 +617,23 @@ def _candidates(text: str, nested_only: bool) -> list[tuple[int, int]]:
             found += [(m.start() - back, i) for m in finditer(src, first.end())]  # type: ignore[operator]
     found.sort()
     return found
+
+
+def _scan_views(text: str) -> tuple[str | bytes, str | bytes, set[int]]:
+    """:func:`_views` of ``text`` and the rules that can fire in it."""
+    raw, low = _views(text)
+    return raw, low, _live_rules(low)
+
+
+def _may_hold_secret(text: str) -> bool:
+    """Whether a rule or a credential-named key could fire anywhere in ``text`` (JSON):
+    the cheap test before decoding it."""
+    views = _scan_views(text)
+    low, live = views[1], views[2]
+    if live & _KEYWORD_RULES and _ANY_KEYWORD_LOWER.search(
+            low if isinstance(low, str) else low.decode("ascii")):  # type: ignore[union-attr]
+        return True
+    return bool(_candidates(text, False, views))
 
 
 def find_spans(text: str, nested_only: bool = False) -> list[Span]:
@@ -681,7 +785,7 @@ class Redactor:
         # exact values first, on the text itself: that reaches dict keys too, and a marker
         # is plain JSON string content (no quote, backslash or control character)
         text, found = self._redact_values(text, in_json=True)
-        if not _ANY_KEYWORD.search(text) and not _candidates(text, False):
+        if not _may_hold_secret(text):
             return text, found
         value, hits = self.redact_json(orjson.loads(text))
         if not hits:
