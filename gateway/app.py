@@ -281,7 +281,7 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     skills_api.add_routes(router, skills)
     search_index = SearchIndex(store, durable_log, Sources(store, memory, skills),
                                AccessTokens(identities, authorizer, store), biographies,
-                               durable_log.writer_id)
+                               durable_log.writer_id, may_write=config.index_writer)
     search_api.add_routes(router, search_index)
     # search=None would rank the pack's memories and skills by word overlap alone
     packs = ContextPacks(biographies, memory, skills, teams_of(identities), search=search_index)

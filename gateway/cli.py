@@ -53,6 +53,9 @@ def main() -> None:
               help="Seconds an upstream request may wait for an answer (default 30).")
 @click.option("--compact-interval", type=int,
               help="Seconds between compactions of the log into Parquet (default 5; 0: on demand only).")
+@click.option("--index-writer/--no-index-writer", default=None,
+              help="Whether this gateway may write the search index (default: yes). With "
+              "--no-index-writer it serves searches from the published snapshots only.")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""
     from . import httpserver

@@ -44,6 +44,9 @@ class Config:
     backend_timeout: int = 30
     #: seconds between background compactions of the log into Parquet (0: only on demand)
     compact_interval: int = 5
+    #: whether this gateway may write the search index (take the index lease); a gateway
+    #: that may not serves searches from the published snapshots only
+    index_writer: bool = True
     root_access_key: str | None = None
     root_secret_key: str | None = None
 
@@ -120,7 +123,15 @@ def _read_toml(path: Path) -> dict[str, Any]:
     return data
 
 
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
 def _coerce(name: str, kind: Any, value: Any) -> Any:
+    if "bool" in str(kind) and not isinstance(value, bool):
+        text = str(value).strip().lower()
+        if text not in _TRUE + _FALSE:
+            raise ValueError(f"{name} must be true or false, not {value!r}")
+        return text in _TRUE
     if "int" in str(kind) and not isinstance(value, int):
         try:
             return int(value)

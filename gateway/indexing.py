@@ -16,7 +16,8 @@ At start (and when taking over the lease) the writer restores the latest snapsho
 catches up from its checkpoint; it rebuilds from the sources only when there is no
 snapshot at all (or none can be restored). Gateways without the lease serve searches
 from the latest snapshot, re-restored when a newer manifest appears, and say how stale
-it is.
+it is. A gateway started with ``--no-index-writer`` never takes the lease (a replica kept
+for ingest and reads, or one that must not spend CPU on indexing).
 """
 
 from __future__ import annotations
@@ -66,9 +67,10 @@ PUBLISH_INTERVAL = 5.0
 POLL_INTERVAL = 2.0
 #: Seconds between renewals of the lease by its holder.
 RENEW_INTERVAL = 3.0
-#: Log objects one step reads at most (fetched at once; an object holds up to thousands of
-#: records, and they must fit the log reader's cache between two steps).
-MAX_OBJECTS = 32
+#: Log objects one step reads at most (the reader fetches them a window at a time; the step
+#: stops earlier at STEP_SECONDS or STEP_RECORDS). Many small objects (one per memory write)
+#: are then one commit, not one per 32.
+MAX_OBJECTS = 1024
 #: Work one step does before it commits, so a backlog never hides new entries for long:
 #: seconds of applying, and records.
 STEP_SECONDS = 0.5
@@ -91,8 +93,10 @@ class SearchIndex:
 
     def __init__(self, store: ObjectStore, durable_log: DurableLog, sources: Sources,
                  tokens: AccessTokens, biographies: Biographies, holder: str,
-                 lease_ttl: float = LEASE_TTL) -> None:
+                 lease_ttl: float = LEASE_TTL, may_write: bool = True) -> None:
         self.store = store
+        #: False: never take the lease; serve searches from the published snapshots
+        self.may_write = may_write
         self.log = durable_log
         self.sources = sources
         self.tokens = tokens
@@ -139,7 +143,7 @@ class SearchIndex:
                 if now - self._last_try < POLL_INTERVAL and self._searcher is not None:
                     return
                 self._last_try = now
-                if self.lease.acquire():
+                if self.may_write and self.lease.acquire():
                     self._last_renew = now
                     self._take_over()
                 else:
@@ -436,6 +440,7 @@ class SearchIndex:
         holder = self.lease.holder_now()
         return {
             "role": self.role,
+            "may_write": self.may_write,
             "holder": holder.get("holder") if holder and holder.get("expires", 0) > now else None,
             "checkpoint": dict(sorted(self.positions.items())),
             "lag_objects": lag,

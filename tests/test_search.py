@@ -295,6 +295,50 @@ def test_a_fresh_gateway_restores_the_snapshot_and_catches_up(tmp_path):
         gw.stop()
 
 
+def test_a_gateway_without_index_writing_leaves_the_log_to_the_next_writer(tmp_path):
+    """``--no-index-writer`` (ORGMEM_INDEX_WRITER=false) never takes the lease: it ingests and
+    serves the last snapshot, and a writer started later catches up from the log."""
+    data = tmp_path / "data"
+    gw = Gateway(data).start()
+    try:  # a writer publishes the first snapshot of the empty store
+        wait_for(lambda: (searcher(gw).status().get("snapshot") or {}).get("seq"), "a first snapshot")
+    finally:
+        gw.stop()
+    w = word()
+    reader = Gateway(data, env={"ORGMEM_INDEX_WRITER": "false"}).start()
+    try:
+        BioClient(reader.endpoint, reader.access_key, reader.secret_key).put_events(
+            [{"agent": "quiet", "session": "s", "kind": "note", "content": f"unindexed {w}"}])
+        client = searcher(reader)
+        time.sleep(1.5)  # several pipeline steps: a writer would have indexed it by now
+        status = client.status()
+        assert status["role"] == "follower" and status["may_write"] is False
+        assert status["holder"] is None and status["stats"]["commits"] == 0
+        assert client.search(w)["count"] == 0
+        with pytest.raises(AdminError) as refused:
+            client.rebuild()
+        assert refused.value.status == 409
+    finally:
+        reader.stop()
+    gw.start()
+    try:
+        client = searcher(gw)
+        wait_for(lambda: found(client, w), "the event, indexed by the next writer")
+        status = client.status()
+        assert status["role"] == "writer" and status["may_write"] is True
+        assert status["stats"]["started_from"] == "snapshot" and status["stats"]["rebuilds"] == 0
+    finally:
+        gw.stop()
+
+
+def test_index_writer_setting_refuses_a_non_boolean(tmp_path):
+    bad = subprocess.run([str(BIN / "orgmem"), "serve", "--data", str(tmp_path / "d")],
+                         env={**os.environ, "ORGMEM_INDEX_WRITER": "maybe"}, capture_output=True, text=True,
+                         timeout=60)
+    assert bad.returncode == 2
+    assert "index_writer must be true or false, not 'maybe'" in bad.stderr
+
+
 def test_a_second_gateway_on_one_seaweedfs_bucket_answers_from_the_snapshot(tmp_path, seaweed):
     prefix = f"search-{uuid.uuid4().hex[:6]}"
     args = ["--backend", f"s3://orgmem-upstream/{prefix}", "--backend-endpoint", seaweed.endpoint]

@@ -28,6 +28,8 @@ CACHE_BYTES = 48 * 1024 * 1024
 _PAGE = 1000
 #: Log objects fetched at once when catching up (an upstream S3 answers each in milliseconds).
 FETCH_PARALLEL = 16
+#: Objects fetched ahead of the consumer at a time.
+FETCH_WINDOW = 2 * FETCH_PARALLEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +60,15 @@ class LogReader:
                 return out
             after = page.next_marker
 
-    def pending(self, positions: Positions) -> list[tuple[str, int]]:
-        """(writer, seq) of every log object past ``positions``, each writer in commit order."""
-        found = []
+    def pending(self, positions: Positions, limit: int | None = None) -> list[tuple[str, int]]:
+        """(writer, seq) of every log object past ``positions`` (the first ``limit`` of them),
+        each writer in commit order."""
+        found: list[tuple[str, int]] = []
         for writer in self.writers():
-            found.extend((writer, seq) for seq in self.sequences(writer, positions.get(writer, 0)))
+            for seq in self.sequences(writer, positions.get(writer, 0)):
+                if limit is not None and len(found) >= limit:
+                    return found
+                found.append((writer, seq))
         return found
 
     def sequences(self, writer: str, after: int = 0) -> Iterator[int]:
@@ -97,17 +103,23 @@ class LogReader:
 
     def read_pending(self, positions: Positions, limit: int | None = None) -> Iterator[LogObject]:
         """Every object past ``positions`` (at most ``limit``) with its records, each writer
-        in commit order; objects not in the cache are fetched in parallel."""
-        pending = self.pending(positions)[:limit]
+        in commit order. Objects not in the cache are fetched in parallel, a window at a time,
+        so a consumer that stops early has fetched little it did not use."""
+        pending = self.pending(positions, limit)
+        for start in range(0, len(pending), FETCH_WINDOW):
+            window = pending[start:start + FETCH_WINDOW]
+            self._prefetch(window)
+            for writer, seq in window:
+                records = self.read(writer, seq)
+                if records is not None:
+                    yield LogObject(writer, seq, records)
+
+    def _prefetch(self, window: list[tuple[str, int]]) -> None:
         with self._lock:
-            missing = [p for p in pending if p not in self._cache]
+            missing = [p for p in window if p not in self._cache]
         if len(missing) > 1:
             with ThreadPoolExecutor(min(FETCH_PARALLEL, len(missing)), "orgmem-logread") as pool:
                 list(pool.map(lambda p: self.read(*p), missing))
-        for writer, seq in pending:
-            records = self.read(writer, seq)
-            if records is not None:
-                yield LogObject(writer, seq, records)
 
     def remember(self, writer: str, seq: int, records: list[Record], size: int = 0) -> None:
         """Cache an object's records (a writer calls this for its own commits); ``size`` is
