@@ -53,6 +53,7 @@ from .logs import log
 from .search.blobs import StoreBlobs
 from .search.entries import Sources, event_of
 from .search.tokens import AccessTokens
+from .search.workers import SearchWorkers, WorkerFailed
 from .store.base import ObjectStore, StoreError
 
 #: The log consumer (its checkpoint holds back log collection) and the lease's job name.
@@ -107,6 +108,9 @@ class SearchIndex:
         self._dir: Path | None = None
         self._writer: IndexWriter | None = None
         self._searcher: IndexSearcher | None = None
+        #: bumped at every commit and directory swap: a search worker reloads when it grew
+        self._generation = 0
+        self._workers = SearchWorkers()
         self._backlog = False  # the last step left log records unread
         self._checkpoint = None
         self._published: Positions = {}
@@ -172,6 +176,7 @@ class SearchIndex:
     def _swap(self, directory: Path, searcher: IndexSearcher, writer: IndexWriter | None) -> None:
         old = self._dir
         self._dir, self._searcher, self._writer = directory, searcher, writer
+        self._generation += 1
         if old is not None and old != directory:
             shutil.rmtree(old, ignore_errors=True)
 
@@ -288,6 +293,7 @@ class SearchIndex:
     def _commit(self) -> None:
         assert self._writer is not None
         self._writer.commit()
+        self._generation += 1
         self._dirty = True
         self.stats["commits"] += 1
         self.stats["last_commit"] = time.time()
@@ -407,20 +413,26 @@ class SearchIndex:
         searcher = self._searcher
         if searcher is None:
             raise IndexNotReady("The search index is being opened; try again in a moment.")
-        tokens = self.tokens.of(principal)
+        tokens = sorted(self.tokens.of(principal))
         clean = {k: v for k, v in (filters or {}).items() if v not in (None, "", [])}
-        result = searcher.search(query or "", clean, sorted(tokens), limit, offset)
+        try:
+            found = self._workers.search(str(self._dir), self._generation, query or "", clean, tokens,
+                                         limit, offset)
+        except WorkerFailed as exc:
+            log.warning("search_worker_failed", detail=str(exc)[:300])
+            result = searcher.search(query or "", clean, tokens, limit, offset)
+            found = {"hits": [hit.to_dict() for hit in result.hits], "count": result.count,
+                     "warnings": result.warnings}
         hits, refused = [], 0
-        for hit in result.hits:
-            row = hit.to_dict()
+        for row in found["hits"]:
             if not self.tokens.hit_allowed(principal, row):
                 refused += 1
                 continue
             row["href"] = href(row)
             hits.append(row)
-        return {"hits": hits, "count": max(0, result.count - refused),
+        return {"hits": hits, "count": max(0, found["count"] - refused),
                 "took_ms": round((time.perf_counter() - started) * 1000, 3),
-                "warnings": result.warnings, "index": self.freshness()}
+                "warnings": found["warnings"], "index": self.freshness()}
 
     def freshness(self) -> dict:
         out: dict[str, Any] = {"role": self.role}
@@ -479,6 +491,7 @@ class SearchIndex:
                 except StoreError:
                     pass
             self._searcher = None
+            self._workers.close()
             if self._dir is not None:
                 shutil.rmtree(self._dir, ignore_errors=True)
                 self._dir = None

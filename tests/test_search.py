@@ -331,6 +331,52 @@ def test_a_gateway_without_index_writing_leaves_the_log_to_the_next_writer(tmp_p
         gw.stop()
 
 
+def _search_workers(pid: int) -> list[int]:
+    """The gateway's search worker processes (spawned children running multiprocessing)."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as fh:
+                ppid = int(fh.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{entry}/cmdline", "rb") as fh:
+                cmdline = fh.read()
+        except (OSError, ValueError, IndexError):
+            continue
+        if ppid == pid and b"multiprocessing" in cmdline:
+            out.append(int(entry))
+    return out
+
+
+def test_searches_survive_a_killed_search_worker(gw):
+    """Searches run in worker processes; one killed mid-life is replaced, nothing is lost,
+    and the gateway stops its workers when it stops."""
+    w = word()
+    BioClient(gw.endpoint, gw.access_key, gw.secret_key).put_events(
+        [{"agent": "worker-test", "session": "s", "kind": "note", "content": f"kept {w}"}])
+    client = searcher(gw)
+    wait_for(lambda: found(client, w), "the event")
+    workers = _search_workers(gw.proc.pid)
+    assert workers, "a search ran, so a worker process exists"
+    for pid in workers:
+        os.kill(pid, 9)
+    for _ in range(3):  # the first may meet the dead pipe; every answer is still right
+        assert client.search(w)["count"] == 1
+    assert _search_workers(gw.proc.pid), "a new worker took over"
+
+
+def test_a_stopped_gateway_leaves_no_search_worker(tmp_path):
+    g = Gateway(tmp_path / "data").start()
+    try:
+        wait_for(lambda: searcher(g).search("anything") is not None, "a first search")
+        workers = _search_workers(g.proc.pid)
+        assert workers
+    finally:
+        g.stop()
+    wait_for(lambda: not any(os.path.exists(f"/proc/{pid}") for pid in workers), "the workers gone", 10)
+
+
 def test_index_writer_setting_refuses_a_non_boolean(tmp_path):
     bad = subprocess.run([str(BIN / "orgmem"), "serve", "--data", str(tmp_path / "d")],
                          env={**os.environ, "ORGMEM_INDEX_WRITER": "maybe"}, capture_output=True, text=True,
