@@ -10,12 +10,47 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any, TypeVar
 
 from .documents import Entry
 from .schema import open_index
 
+T = TypeVar("T")
+
 DEFAULT_HEAP = 128 * 1024 * 1024
+#: CPU priority (nice) of Tantivy's indexing and merge threads: below the threads that answer
+#: requests, so indexing takes the CPU that is left rather than delaying searches and writes.
+BACKGROUND_NICE = 10
+
+
+def _niced(fn: Callable[[], T]) -> T:
+    """``fn()`` in a short-lived thread at :data:`BACKGROUND_NICE`.
+
+    Tantivy starts its indexing threads when a writer is made and again at every commit
+    and rollback, and its merge threads with the writer; on Linux a new thread inherits
+    the nice value of the thread that starts it, so those threads run niced while the
+    caller keeps its own priority. (Raising nice never needs privileges; lowering it
+    back would, hence the helper thread.)
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, 0, BACKGROUND_NICE)  # 0: this thread, on Linux
+        except (AttributeError, OSError):
+            pass  # no per-thread priorities here: the threads run at the caller's
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            box["error"] = exc
+
+    thread = threading.Thread(target=run, name="orgmem-index-niced")
+    thread.start()
+    thread.join()
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
 
 
 class IndexWriter:
@@ -24,7 +59,7 @@ class IndexWriter:
     def __init__(self, path: str | os.PathLike, heap_size: int = DEFAULT_HEAP, num_threads: int = 0) -> None:
         self.path = os.fspath(path)
         self.index = open_index(self.path, create=True)
-        self._writer = self.index.writer(heap_size=heap_size, num_threads=num_threads)
+        self._writer = _niced(lambda: self.index.writer(heap_size=heap_size, num_threads=num_threads))
         self._lock = threading.Lock()
         self._pending = 0
 
@@ -72,7 +107,7 @@ class IndexWriter:
     def commit(self) -> int:
         """Make every change so far durable and searchable; returns Tantivy's opstamp."""
         with self._lock:
-            opstamp = self._writer.commit()
+            opstamp = _niced(self._writer.commit)
             self._pending = 0
         self.index.reload()
         return opstamp
@@ -80,7 +115,7 @@ class IndexWriter:
     def rollback(self) -> None:
         """Forget the changes since the last commit."""
         with self._lock:
-            self._writer.rollback()
+            _niced(self._writer.rollback)
             self._pending = 0
 
     def close(self) -> None:
