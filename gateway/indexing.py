@@ -22,8 +22,6 @@ for ingest and reads, or one that must not spend CPU on indexing).
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
@@ -52,6 +50,7 @@ from .log.lease import Lease
 from .logs import log
 from .search.blobs import StoreBlobs
 from .search.entries import Sources, event_of
+from .search import workdirs
 from .search.tokens import AccessTokens
 from .search.workers import SearchWorkers, WorkerFailed
 from .store.base import ObjectStore, StoreError
@@ -116,6 +115,9 @@ class SearchIndex:
         #: bumped at every commit and directory swap: a search worker reloads when it grew
         self._generation = 0
         self._workers = SearchWorkers()
+        swept = workdirs.sweep()  # working copies of gateways that were killed
+        if swept:
+            log.info("index_workdirs_removed", count=swept)
         self._backlog = False  # the last step left log records unread
         self._behind = False  # the step before this one did: catch up in larger steps
         self._checkpoint = None
@@ -178,14 +180,14 @@ class SearchIndex:
             self._step_lock.release()
 
     def _new_dir(self) -> Path:
-        return Path(tempfile.mkdtemp(prefix="orgmem-index-"))
+        return workdirs.new()
 
     def _swap(self, directory: Path, searcher: IndexSearcher, writer: IndexWriter | None) -> None:
         old = self._dir
         self._dir, self._searcher, self._writer = directory, searcher, writer
         self._generation += 1
         if old is not None and old != directory:
-            shutil.rmtree(old, ignore_errors=True)
+            workdirs.remove(old)
 
     def _take_over(self) -> None:
         """Become the writer: restore the latest snapshot and catch up, or build from the sources."""
@@ -195,7 +197,7 @@ class SearchIndex:
             checkpoint = restore(self.blobs, PREFIX, directory)
         except SnapshotError as exc:
             log.error("index_restore_failed", detail=str(exc)[:300])
-            shutil.rmtree(directory, ignore_errors=True)
+            workdirs.remove(directory)
             directory, checkpoint = self._new_dir(), None
         writer = IndexWriter(directory, heap_size=WRITER_HEAP, num_threads=2)
         self._swap(directory, IndexSearcher(writer.index), writer)
@@ -244,7 +246,7 @@ class SearchIndex:
             checkpoint = restore(self.blobs, PREFIX, directory)
         except SnapshotError as exc:
             log.warning("index_follow_failed", detail=str(exc)[:300])
-            shutil.rmtree(directory, ignore_errors=True)
+            workdirs.remove(directory)
             return
         self.positions = {w: int(s) for w, s in ((checkpoint or {}).get("positions") or {}).items()}
         self._swap(directory, IndexSearcher(directory), None)
@@ -501,7 +503,7 @@ class SearchIndex:
             self._searcher = None
             self._workers.close()
             if self._dir is not None:
-                shutil.rmtree(self._dir, ignore_errors=True)
+                workdirs.remove(self._dir)
                 self._dir = None
 
 
