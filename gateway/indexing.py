@@ -80,6 +80,9 @@ STEP_RECORDS = 20_000
 #: index that is behind anyway is not made staler by them.
 CATCHUP_STEP_SECONDS = 2.0
 CATCHUP_STEP_RECORDS = 100_000
+#: While catching up, snapshots are published this many times less often: each one uploads
+#: the segments merged since the last, and those are large and short-lived then.
+CATCHUP_PUBLISH_FACTOR = 4
 #: Entries upserted per call during a rebuild.
 BATCH = 1000
 WRITER_HEAP = 64 * 1024 * 1024
@@ -172,7 +175,8 @@ class SearchIndex:
                 self._rebuild()
             if self._consume():
                 self._commit()
-            if self._dirty and time.monotonic() - self._last_publish >= PUBLISH_INTERVAL:
+            every = PUBLISH_INTERVAL * (CATCHUP_PUBLISH_FACTOR if self._backlog else 1)
+            if self._dirty and time.monotonic() - self._last_publish >= every:
                 self._publish()
             self._behind = self._backlog
             return self._backlog

@@ -147,7 +147,9 @@ def event_entry(agent: str, event_id: str, *, kind: str, content: str,
                 time: datetime | float, session: str = "", title: str | None = None, tags: Sequence[str] = (),
                 access: Sequence[str] | None = None) -> Entry:
     """A biography event. Default access: ``agent:<agent>`` and ``owner:<agent>`` (its own biography)."""
-    first = content.strip().split("\n", 1)[0][:120] if content else ""
+    # the first line, from the text's start only: stripping or splitting a whole tool output
+    # (kilobytes) for 120 characters of title cost more than the rest of the entry
+    first = content[:512].strip().split("\n", 1)[0][:120] if content else ""
     return Entry(type="event", id=event_id, source=event_ref(agent, event_id),
                  title=title if title is not None else (f"{kind}: {first}" if first else kind),
                  body=content, time=time, agent=agent, session=session, kind=kind, tags=list(tags),
