@@ -795,7 +795,8 @@ def bench_catchup(args: argparse.Namespace, lines: list[bytes], docs: list[tuple
             last = c.json("GET", STATUS_PATH)
             if t_writer is None and last.get("role") == "writer":
                 t_writer, cpu0 = time.perf_counter(), sb.tree_cpu_ms(writer.pid)
-            if t_writer is not None and last.get("lag_objects") == 0 and (last.get("docs") or 0) >= n_ev + n_doc:
+            done = last.get("lag_objects") == 0 and (last.get("docs") or 0) >= n_ev + n_doc
+            if t_writer is not None and done:
                 break
             time.sleep(0.25)  # as the other parts poll: a status lists the log
         else:
@@ -879,8 +880,9 @@ def targets_of(m: dict[str, Any], plan: Plan) -> list[dict[str, Any]]:
     v = m.get("catchup_over_raw")
     add("pipeline >= 0.5x raw tantivy docs/s (a writer indexing a backlog)", v, 0.5,
         None if v is None else v >= 0.5,
-        f"events + memory from the log {fmt(m.get('catchup_docs_per_s'), '{:,.0f}')} docs/s, raw add_document "
-        f"{fmt(m.get('raw_tantivy_docs_per_s'), '{:,.0f}')} docs/s in-process; live, fed as it indexes: events "
+        f"events + memory from the log {fmt(m.get('catchup_docs_per_s'), '{:,.0f}')} docs/s, "
+        f"raw add_document {fmt(m.get('raw_tantivy_docs_per_s'), '{:,.0f}')} docs/s in-process; "
+        "live, fed as it indexes: events "
         f"{fmt(m.get('pipeline_events_docs_per_s'), '{:,.0f}')} docs/s (the ingest's "
         f"{fmt(m.get('ingest_events_per_s'), '{:,.0f}')} ev/s bounds it), with memory "
         f"{fmt(m.get('pipeline_docs_per_s'), '{:,.0f}')} docs/s (memory PUTs at "

@@ -48,9 +48,9 @@ from .log.layout import Positions
 from .log.lease import TTL as LEASE_TTL
 from .log.lease import Lease
 from .logs import log
+from .search import workdirs
 from .search.blobs import StoreBlobs
 from .search.entries import Sources, event_of
-from .search import workdirs
 from .search.tokens import AccessTokens
 from .search.workers import SearchWorkers, WorkerFailed
 from .store.base import ObjectStore, StoreError
@@ -264,7 +264,8 @@ class SearchIndex:
         """Apply the log past our positions to the writer; True when anything changed."""
         changed = False
         deadline, records, objects = None, 0, 0
-        seconds, most = (CATCHUP_STEP_SECONDS, CATCHUP_STEP_RECORDS) if self._behind else (STEP_SECONDS, STEP_RECORDS)
+        seconds, most = ((CATCHUP_STEP_SECONDS, CATCHUP_STEP_RECORDS) if self._behind
+                         else (STEP_SECONDS, STEP_RECORDS))
         for obj in self.log.reader.read_pending(self.positions, limit):
             objects += 1
             if deadline is None:
