@@ -105,7 +105,10 @@ class LogReader:
         """Every object past ``positions`` (at most ``limit``) with its records, each writer
         in commit order. Objects not in the cache are fetched in parallel, a window at a time,
         so a consumer that stops early has fetched little it did not use."""
-        pending = self.pending(positions, limit)
+        return self.read_listed(self.pending(positions, limit))
+
+    def read_listed(self, pending: list[tuple[str, int]]) -> Iterator[LogObject]:
+        """:meth:`read_pending` of a list :meth:`pending` gave (gone objects are skipped)."""
         for start in range(0, len(pending), FETCH_WINDOW):
             window = pending[start:start + FETCH_WINDOW]
             self._prefetch(window)
