@@ -61,6 +61,7 @@ from re import _parser as _sre_parser
 from typing import Any
 
 import ahocorasick
+import ahocorasick_rs
 import orjson
 
 #: Every type that can appear in a marker, with an (obviously fake) example of what it catches.
@@ -562,25 +563,40 @@ def _triggers(rule: Rule) -> list[str] | None:
     return sorted({t.lower() for t in found[0]})
 
 
-def _trigger_automaton() -> tuple[Any, frozenset[int]]:
-    """An Aho-Corasick automaton from every trigger to its rules, and the rules always run."""
-    by_trigger: dict[str, list[int]] = {}
-    always = set()
-    for i, rule in enumerate(RULES):
-        triggers = _triggers(rule)
-        if triggers is None:
-            always.add(i)
-            continue
-        for t in triggers:
-            by_trigger.setdefault(t, []).append(i)
-    automaton = ahocorasick.Automaton()
-    for t, rules in by_trigger.items():
-        automaton.add_word(t, tuple(rules))
-    automaton.make_automaton()
-    return automaton, frozenset(always)
+class _Triggers:
+    """Every trigger, the rules each one wakes, and the rules that always run.
+
+    The trigger pass runs over all of every event's text, so it uses ``ahocorasick_rs``
+    (Rust; all matches come back from one call), about 3x faster here than walking
+    pyahocorasick's matches from Python: 3 against 10 µs per event on the bench corpus.
+    """
+
+    def __init__(self) -> None:
+        by_trigger: dict[str, list[int]] = {}
+        always = set()
+        for i, rule in enumerate(RULES):
+            triggers = _triggers(rule)
+            if triggers is None:
+                always.add(i)
+                continue
+            for t in triggers:
+                by_trigger.setdefault(t, []).append(i)
+        self.words = sorted(by_trigger)
+        self.rules = tuple(tuple(by_trigger[t]) for t in self.words)
+        self.always = frozenset(always)
+        # overlapping: every trigger present is reported, even inside another ("passw", "passphrase")
+        self._automaton = ahocorasick_rs.AhoCorasick(self.words, matchkind=ahocorasick_rs.MatchKind.Standard)
+
+    def live(self, low: str) -> set[int]:
+        """The rules woken by the triggers in ``low`` (lower-cased), plus those always run."""
+        live = set(self.always)
+        for k in {m[0] for m in self._automaton.find_matches_as_indexes(low, overlapping=True)}:
+            live.update(self.rules[k])
+        return live
 
 
-_TRIGGERS, _ALWAYS = _trigger_automaton()
+_TRIGGERS = _Triggers()
+_ALWAYS = _TRIGGERS.always
 _KEYWORD_RULES = frozenset(i for i, r in enumerate(RULES) if r.check is _check_assignment)
 _ANY_KEYWORD_LOWER = re.compile(_KEYWORD)
 
@@ -591,10 +607,7 @@ def _live_rules(low: str | bytes) -> set[int]:
     Most event text holds none of the triggers, so the per-rule scans are skipped: one pass
     over the text instead of one per rule.
     """
-    live = set(_ALWAYS)
-    for _, rules in _TRIGGERS.iter(low if isinstance(low, str) else low.decode("ascii")):
-        live.update(rules)
-    return live
+    return _TRIGGERS.live(low if isinstance(low, str) else low.decode("ascii"))
 
 
 def _candidates(text: str, nested_only: bool,
