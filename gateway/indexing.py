@@ -88,6 +88,9 @@ CATCHUP_PUBLISH_FACTOR = 4
 #: Entries upserted per call during a rebuild.
 BATCH = 1000
 WRITER_HEAP = 64 * 1024 * 1024
+#: A search slower than this (ms) is logged with where its time went: the worker's reload
+#: and search, or waiting in the gateway (for the GIL and the CPU, under load).
+SLOW_SEARCH_MS = 100
 
 
 class IndexNotReady(Exception):
@@ -441,6 +444,7 @@ class SearchIndex:
             result = searcher.search(query or "", clean, tokens, limit, offset)
             found = {"hits": [hit.to_dict() for hit in result.hits], "count": result.count,
                      "warnings": result.warnings}
+        t_found = time.perf_counter()
         hits, refused = [], 0
         for row in found["hits"]:
             if not self.tokens.hit_allowed(principal, row):
@@ -448,8 +452,13 @@ class SearchIndex:
                 continue
             row["href"] = href(row)
             hits.append(row)
+        took = (time.perf_counter() - started) * 1000
+        if took > SLOW_SEARCH_MS:
+            # where the time went: in the worker (reload, search) or waiting in this process
+            log.info("search_slow", took_ms=round(took, 1), worker=found.get("timing"),
+                     wait_ms=round((t_found - started) * 1000, 1), hits=len(hits))
         return {"hits": hits, "count": max(0, found["count"] - refused),
-                "took_ms": round((time.perf_counter() - started) * 1000, 3),
+                "took_ms": round(took, 3),
                 "warnings": found["warnings"], "index": self.freshness()}
 
     def freshness(self) -> dict:

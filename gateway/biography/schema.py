@@ -126,6 +126,33 @@ def events_to_table(events: list[Event]) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=EVENT_SCHEMA)
 
 
+#: Defaults of the non-null columns a log record leaves out (see ``Event.to_record``).
+_RECORD_DEFAULTS = {"tags": [], "redactions": 0}
+#: The segment order, as Arrow sorts it (the same order as :func:`order_key` in a session).
+SORT_KEYS = [("session", "ascending"), ("seq", "ascending", "at_end"), ("ts", "ascending"),
+             ("event_id", "ascending")]
+
+
+def records_to_table(records: list[dict]) -> pa.Table:
+    """Log records (``Event.to_record`` dicts) as a sorted table, as :func:`events_to_table`
+    makes from the events they stand for.
+
+    The compactor's path: one list per column read straight off the dicts and Arrow's
+    sort, instead of an ``Event`` per record and a Python sort; a third of the Python work
+    per event, which the ingest path, sharing the interpreter, gets back.
+    """
+    columns = {}
+    for f in EVENT_SCHEMA:
+        name = f.name
+        default = _RECORD_DEFAULTS.get(name)
+        if default is None:
+            values = [r.get(name) for r in records]
+        else:
+            values = [r.get(name, default) for r in records]
+        columns[name] = pa.array(values, type=f.type)
+    return pa.Table.from_pydict(columns, schema=EVENT_SCHEMA).sort_by(SORT_KEYS)
+
+
 def table_to_events(table: pa.Table, agent: str) -> list[Event]:
     """Events back from a table read from a segment of ``agent``'s partition.
 

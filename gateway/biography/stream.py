@@ -11,10 +11,6 @@ from ..log import BioRecord
 from . import schema
 from .events import Event
 
-#: The sort order of a segment: session, then the order within the session.
-SORT_KEYS = [("session", "ascending"), ("seq", "ascending", "at_end"), ("ts", "ascending"),
-             ("event_id", "ascending")]
-
 
 def partition(agent: str, date: str) -> str:
     return f"agent={agent}/date={date}"
@@ -36,10 +32,10 @@ class BioStream:
         return payload["event_id"]
 
     def to_table(self, payloads: list[dict[str, Any]]) -> pa.Table:
-        return schema.events_to_table([Event.from_record(p) for p in payloads])
+        return schema.records_to_table(payloads)
 
     def sort(self, table: pa.Table) -> pa.Table:
-        return table.sort_by(SORT_KEYS)
+        return table.sort_by(schema.SORT_KEYS)
 
     def encode(self, table: pa.Table, settled: bool = False) -> bytes:
         sink = io.BytesIO()

@@ -19,6 +19,7 @@ from __future__ import annotations
 import multiprocessing
 import queue
 import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -46,7 +47,7 @@ class SearchWorkers:
 
     def search(self, directory: str, generation: int, query: str, filters: Mapping[str, Any],
                tokens: list[str], limit: int, offset: int) -> dict:
-        """``{hits: [dict], count, warnings}`` from a worker; :class:`QueryError` for input the
+        """``{hits: [dict], count, warnings, timing}`` from a worker; :class:`QueryError` for input the
         searcher refuses, :class:`WorkerFailed` when the worker could not answer."""
         worker = self._slots.get()
         try:
@@ -138,10 +139,14 @@ def _serve(conn: Any) -> None:
 
 def _search(opened: dict[str, Any], directory: str, generation: int, query: str, filters: dict,
             tokens: list[str], limit: int, offset: int) -> dict:
+    t0 = time.perf_counter()
     searcher = _searcher(opened, directory, generation)
+    t1 = time.perf_counter()
     result = searcher.search(query, filters, tokens, limit, offset)
+    t2 = time.perf_counter()
     return {"hits": [hit.to_dict() for hit in result.hits], "count": result.count,
-            "warnings": result.warnings}
+            "warnings": result.warnings,
+            "timing": {"reload_ms": round((t1 - t0) * 1000, 3), "search_ms": round((t2 - t1) * 1000, 3)}}
 
 
 def _searcher(opened: dict[str, Any], directory: str, generation: int) -> IndexSearcher:
