@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 from datetime import date, timedelta
+from functools import lru_cache
 from typing import IO
 
 import pyarrow as pa
@@ -102,7 +103,13 @@ _DAY_US = 86_400_000_000
 
 def date_of(ts_us: int) -> str:
     """The UTC date of a timestamp in microseconds, as ``yyyy-mm-dd`` (the partition value)."""
-    return (_EPOCH_DATE + timedelta(days=ts_us // _DAY_US)).isoformat()
+    return _date_of_day(ts_us // _DAY_US)
+
+
+@lru_cache(maxsize=4096)
+def _date_of_day(day: int) -> str:
+    # every compacted event asks, and a busy log holds a handful of distinct days
+    return (_EPOCH_DATE + timedelta(days=day)).isoformat()
 
 
 def partition_of(event: Event) -> tuple[str, str]:
