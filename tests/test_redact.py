@@ -708,7 +708,7 @@ def test_every_rule_but_the_flag_form_has_triggers():
     which ordinary Markdown is full of) is always scanned."""
     from gateway.biography import redact
 
-    always = [redact.RULES[i].scanner.pattern[:2] for i in redact._ALWAYS]
+    always = [redact.RULES[i].scanner.pattern[:2] for i in redact._TRIGGERS.always]
     assert always == ["--"]
 
 

@@ -581,11 +581,11 @@ class _Triggers:
                 continue
             for t in triggers:
                 by_trigger.setdefault(t, []).append(i)
-        self.words = sorted(by_trigger)
-        self.rules = tuple(tuple(by_trigger[t]) for t in self.words)
+        words = sorted(by_trigger)
+        self.rules = tuple(tuple(by_trigger[t]) for t in words)
         self.always = frozenset(always)
         # overlapping: every trigger present is reported, even inside another ("passw", "passphrase")
-        self._automaton = ahocorasick_rs.AhoCorasick(self.words, matchkind=ahocorasick_rs.MatchKind.Standard)
+        self._automaton = ahocorasick_rs.AhoCorasick(words, matchkind=ahocorasick_rs.MatchKind.Standard)
 
     def live(self, low: str) -> set[int]:
         """The rules woken by the triggers in ``low`` (lower-cased), plus those always run."""
@@ -596,7 +596,6 @@ class _Triggers:
 
 
 _TRIGGERS = _Triggers()
-_ALWAYS = _TRIGGERS.always
 _KEYWORD_RULES = frozenset(i for i, r in enumerate(RULES) if r.check is _check_assignment)
 _ANY_KEYWORD_LOWER = re.compile(_KEYWORD)
 
