@@ -31,13 +31,15 @@ from typing import Any
 from indexer import (
     IndexSearcher,
     IndexWriter,
+    LocalCopy,
     QueryError,
+    Restored,
     SnapshotConflict,
     SnapshotError,
     collect,
     latest,
     publish,
-    restore,
+    restore_latest,
 )
 
 from .biography import schema as bio_schema
@@ -118,6 +120,9 @@ class SearchIndex:
         self.lease = Lease(store, CONSUMER, holder, ttl=lease_ttl)
         self.positions: Positions = {}
         self._dir: Path | None = None
+        #: the working directory's files as a snapshot named them: a newer snapshot's
+        #: unchanged files are linked from here rather than fetched again
+        self._local: LocalCopy | None = None
         self._writer: IndexWriter | None = None
         self._searcher: IndexSearcher | None = None
         #: bumped at every commit and directory swap: a search worker reloads when it grew
@@ -136,7 +141,8 @@ class SearchIndex:
         self._rebuild_requested = False
         self._closed = False
         self._step_lock = threading.Lock()
-        self.stats: dict[str, Any] = {"started_from": None, "restores": 0, "rebuilds": 0, "upserts": 0,
+        self.stats: dict[str, Any] = {"started_from": None, "restores": 0, "restore_fetched_bytes": 0,
+                                      "restore_linked_bytes": 0, "rebuilds": 0, "upserts": 0,
                                       "deletes": 0, "commits": 0, "publishes": 0, "skipped": 0,
                                       "last_commit": None}
         self.progress: dict[str, Any] = {"state": "idle"}
@@ -190,9 +196,11 @@ class SearchIndex:
     def _new_dir(self) -> Path:
         return workdirs.new()
 
-    def _swap(self, directory: Path, searcher: IndexSearcher, writer: IndexWriter | None) -> None:
+    def _swap(self, directory: Path, searcher: IndexSearcher, writer: IndexWriter | None,
+              manifest: dict | None = None) -> None:
         old = self._dir
         self._dir, self._searcher, self._writer = directory, searcher, writer
+        self._local = LocalCopy.of(directory, manifest) if manifest else None
         self._generation += 1
         if old is not None and old != directory:
             workdirs.remove(old)
@@ -200,24 +208,21 @@ class SearchIndex:
     def _take_over(self) -> None:
         """Become the writer: restore the latest snapshot and catch up, or build from the sources."""
         directory = self._new_dir()
-        manifest = latest(self.blobs, PREFIX)
         try:
-            checkpoint = restore(self.blobs, PREFIX, directory)
+            restored = self._restore(directory)
         except SnapshotError as exc:
             log.error("index_restore_failed", detail=str(exc)[:300])
             workdirs.remove(directory)
-            directory, checkpoint = self._new_dir(), None
+            directory, restored = self._new_dir(), None
         writer = IndexWriter(directory, heap_size=WRITER_HEAP, num_threads=2)
-        self._swap(directory, IndexSearcher(writer.index), writer)
+        self._swap(directory, IndexSearcher(writer.index), writer, restored and restored.manifest)
         self._checkpoint = self.log.checkpoints.load(CONSUMER)
-        if checkpoint is not None:
-            self.positions = {w: int(s) for w, s in (checkpoint.get("positions") or {}).items()}
+        if restored is not None:
+            self.positions = {w: int(s) for w, s in (restored.checkpoint.get("positions") or {}).items()}
             self._published = dict(self.positions)
-            self._snapshot = _about(manifest)
-            self.stats["restores"] += 1
+            self._snapshot = _about(restored.manifest)
             self.stats["started_from"] = self.stats["started_from"] or "snapshot"
             self._last_publish = time.monotonic()
-            log.info("index_restored", seq=self._snapshot.get("seq"), docs=self._snapshot.get("docs"))
         else:
             self.stats["started_from"] = self.stats["started_from"] or "rebuild"
             try:
@@ -251,16 +256,32 @@ class SearchIndex:
             return
         directory = self._new_dir()
         try:
-            checkpoint = restore(self.blobs, PREFIX, directory)
+            restored = self._restore(directory)
         except SnapshotError as exc:
             log.warning("index_follow_failed", detail=str(exc)[:300])
             workdirs.remove(directory)
             return
-        self.positions = {w: int(s) for w, s in ((checkpoint or {}).get("positions") or {}).items()}
-        self._swap(directory, IndexSearcher(directory), None)
-        self._snapshot = _about(manifest)
-        self.stats["restores"] += 1
+        if restored is None:  # every snapshot was collected meanwhile: keep what we serve
+            workdirs.remove(directory)
+            return
+        self.positions = {w: int(s) for w, s in (restored.checkpoint.get("positions") or {}).items()}
+        self._swap(directory, IndexSearcher(directory), None, restored.manifest)
+        self._snapshot = _about(restored.manifest)
         self.stats["started_from"] = self.stats["started_from"] or "snapshot"
+
+    def _restore(self, directory: Path) -> Restored | None:
+        """The latest snapshot into ``directory``, linking the files the current working copy
+        shares with it; counted in the stats and logged."""
+        restored = restore_latest(self.blobs, PREFIX, directory, self._local)
+        if restored is None:
+            return None
+        self.stats["restores"] += 1
+        for name in ("fetched_bytes", "linked_bytes"):
+            self.stats[f"restore_{name}"] += getattr(restored, name)
+        log.info("index_restored", seq=restored.manifest.get("seq"), docs=restored.manifest.get("docs"),
+                 fetched_files=restored.fetched_files, fetched_bytes=restored.fetched_bytes,
+                 linked_files=restored.linked_files, linked_bytes=restored.linked_bytes)
+        return restored
 
     # -- writing ------------------------------------------------------------------------
 
@@ -336,6 +357,7 @@ class SearchIndex:
             self._step_down()
             return
         self._snapshot = _about(manifest)
+        self._local = LocalCopy.of(self._dir, manifest)
         self._published, self._dirty = positions, False
         self._last_publish = time.monotonic()
         self.stats["publishes"] += 1

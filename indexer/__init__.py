@@ -10,6 +10,7 @@ store behind a small adapter).
     IndexSearcher(writer.index).search("deploy friday", {"type": "memory"}, tokens=["org", "agent:a"])
     publish(store, "index", path, {"log": 1234})
     restore(store, "index", tmpdir)  # -> {"log": 1234}
+    restore_latest(store, "index", newdir, LocalCopy.of(tmpdir, manifest))  # fetches only new files
     collect(store, "index", keep=2)
 """
 
@@ -34,22 +35,25 @@ from .schema import SCHEMA_VERSION, STATUS_FACTOR, TYPES, SchemaMismatch, open_i
 from .searcher import Hit, IndexSearcher, SearchResult
 from .snapshot import (
                         BlobStore,
+                        LocalCopy,
                         MemoryBlobStore,
                         PreconditionFailed,
+                        Restored,
                         SnapshotConflict,
                         SnapshotError,
                         collect,
                         latest,
                         publish,
                         restore,
+                        restore_latest,
 )
 from .writer import IndexWriter
 
 __all__ = [
-    "BlobStore", "Entry", "Filters", "Hit", "IndexSearcher", "IndexWriter", "MAX_BODY_CHARS",
-    "MAX_FILE_BYTES", "MAX_LIMIT", "MAX_OFFSET", "MAX_QUERY_CHARS", "MemoryBlobStore", "PreconditionFailed",
-    "QueryError", "SCHEMA_VERSION", "STATUS_FACTOR", "SchemaMismatch", "SearchResult", "SnapshotConflict",
-    "SnapshotError", "TYPES", "collect", "event_entry", "event_ref", "file_entry", "file_ref", "is_indexable",
-    "latest", "memory_entry", "memory_ref", "open_index", "publish", "restore", "scope_path", "skill_entry",
-    "skill_ref", "skip_reason",
+    "BlobStore", "Entry", "Filters", "Hit", "IndexSearcher", "IndexWriter", "LocalCopy",
+    "MAX_BODY_CHARS", "MAX_FILE_BYTES", "MAX_LIMIT", "MAX_OFFSET", "MAX_QUERY_CHARS", "MemoryBlobStore",
+    "PreconditionFailed", "QueryError", "Restored", "SCHEMA_VERSION", "STATUS_FACTOR", "SchemaMismatch",
+    "SearchResult", "SnapshotConflict", "SnapshotError", "TYPES", "collect", "event_entry", "event_ref",
+    "file_entry", "file_ref", "is_indexable", "latest", "memory_entry", "memory_ref", "open_index",
+    "publish", "restore", "restore_latest", "scope_path", "skill_entry", "skill_ref", "skip_reason",
 ]

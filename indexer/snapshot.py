@@ -19,6 +19,8 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -215,30 +217,96 @@ def publish(store: BlobStore, prefix: str, index_dir: str | os.PathLike, checkpo
 # -- restore ----------------------------------------------------------------------------
 
 
-def _restore_one(store: BlobStore, manifest: dict, into: Path) -> None:
+@dataclass(frozen=True)
+class LocalCopy:
+    """An index directory this process restored or published, with the SHA-256 of each of
+    its files as a manifest named them.
+
+    Segment files are immutable and named by segment id (deletes by opstamp), so a file
+    of a newer snapshot with the same name, size and hash is the same bytes: restore
+    hard-links it from here instead of fetching and decrypting it again. A follower
+    refreshing to the next snapshot then fetches only the segments written or merged
+    since, not the whole index.
+    """
+
+    directory: Path
+    sha256: Mapping[str, str]
+
+    @classmethod
+    def of(cls, directory: str | os.PathLike, manifest: Mapping[str, Any]) -> LocalCopy:
+        return cls(Path(directory), {f["name"]: f["sha256"] for f in manifest.get("files", [])})
+
+
+@dataclass(frozen=True)
+class Restored:
+    """What :func:`restore_latest` restored, and what it cost."""
+
+    manifest: dict
+    fetched_files: int = 0
+    fetched_bytes: int = 0
+    linked_files: int = 0
+    linked_bytes: int = 0
+
+    @property
+    def checkpoint(self) -> dict:
+        return self.manifest.get("checkpoint") or {}
+
+
+def _check_manifest(manifest: dict) -> None:
     if manifest.get("format") != FORMAT:
         raise SnapshotError(f"snapshot format {manifest.get('format')!r}; this version reads {FORMAT}")
     if manifest.get("schema") != SCHEMA_VERSION:
         raise SnapshotError(f"snapshot schema {manifest.get('schema')!r}; this version uses {SCHEMA_VERSION}")
+
+
+def _link(local: LocalCopy | None, entry: dict, target: Path) -> bool:
+    """Hard-link the entry's file from ``local`` when it holds the same bytes; False to fetch."""
+    name = entry["name"]
+    if local is None or local.sha256.get(name) != entry["sha256"]:
+        return False
+    source = local.directory / name
+    try:
+        if source.stat().st_size != entry["size"]:
+            return False
+        os.link(source, target)
+    except OSError:  # gone meanwhile (a merge), another file system: fetch it
+        return False
+    return True
+
+
+def _restore_one(store: BlobStore, manifest: dict, into: Path, local: LocalCopy | None) -> Restored:
+    _check_manifest(manifest)
+    counts = {"fetched_files": 0, "fetched_bytes": 0, "linked_files": 0, "linked_bytes": 0}
     for entry in manifest["files"]:
         name = entry["name"]
         if "/" in name or name.startswith(".") or name in _LOCAL_ONLY:
             raise SnapshotError(f"snapshot names an unexpected file {name!r}")
+        if _link(local, entry, into / name):
+            counts["linked_files"] += 1
+            counts["linked_bytes"] += entry["size"]
+            continue
         data = store.get(entry["key"])
         if data is None:
             raise SnapshotError(f"snapshot file {entry['key']} is missing")
         if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
             raise SnapshotError(f"snapshot file {entry['key']} does not match its manifest")
         (into / name).write_bytes(data)
+        counts["fetched_files"] += 1
+        counts["fetched_bytes"] += len(data)
     # meta.json last: until it exists the directory is not an index
     (into / "meta.json").write_text(json.dumps(manifest["meta"], indent=2))
+    return Restored(manifest, **counts)
 
 
-def restore(store: BlobStore, prefix: str, into_dir: str | os.PathLike) -> dict | None:
-    """Rebuild the latest snapshot's index in ``into_dir`` (absent or empty); returns its checkpoint.
+def restore_latest(store: BlobStore, prefix: str, into_dir: str | os.PathLike,
+                   local: LocalCopy | None = None) -> Restored | None:
+    """Rebuild the latest snapshot's index in ``into_dir`` (absent or empty); None when there
+    is no snapshot.
 
-    Returns None when there is no snapshot. If the newest cannot be restored (a file
-    missing or corrupt) the next older one is tried; :class:`SnapshotError` when none can.
+    Files ``local`` holds with the same name and hash are hard-linked from it, the others
+    fetched and checked against size and SHA-256. If the newest snapshot cannot be
+    restored (a file missing or corrupt) the next older one is tried; :class:`SnapshotError`
+    when none can.
     """
     into = Path(into_dir)
     if into.exists() and any(into.iterdir()):
@@ -253,12 +321,17 @@ def restore(store: BlobStore, prefix: str, into_dir: str | os.PathLike) -> dict 
             continue
         into.mkdir(parents=True, exist_ok=True)
         try:
-            _restore_one(store, manifest, into)
-            return manifest.get("checkpoint") or {}
+            return _restore_one(store, manifest, into, local)
         except (SnapshotError, KeyError, TypeError) as e:
             errors.append(f"{key}: {e}")
             shutil.rmtree(into)
     raise SnapshotError("no snapshot could be restored: " + "; ".join(errors))
+
+
+def restore(store: BlobStore, prefix: str, into_dir: str | os.PathLike) -> dict | None:
+    """:func:`restore_latest` from nothing local; returns the snapshot's checkpoint (None: no snapshot)."""
+    restored = restore_latest(store, prefix, into_dir)
+    return None if restored is None else restored.checkpoint
 
 
 # -- garbage collection -------------------------------------------------------------------

@@ -7,6 +7,7 @@ BlobStore protocol works over the gateway's real local store.
 from __future__ import annotations
 
 import json
+import shutil
 from datetime import UTC, datetime
 
 import pytest
@@ -19,6 +20,7 @@ from indexer import (
     MAX_QUERY_CHARS,
     IndexSearcher,
     IndexWriter,
+    LocalCopy,
     MemoryBlobStore,
     PreconditionFailed,
     QueryError,
@@ -31,6 +33,7 @@ from indexer import (
     memory_entry,
     publish,
     restore,
+    restore_latest,
     skill_entry,
     skip_reason,
 )
@@ -323,6 +326,58 @@ def test_restore_falls_back_when_newest_is_broken(index, blobs, tmp_path):
     blobs.delete(only_new[0])
     assert restore(blobs, "index", tmp_path / "r") == {"n": 1}
     assert IndexSearcher(tmp_path / "r").search("newer", None, ALL).count == 0
+
+
+class CountingBlobs:
+    """A blob store that records which keys were fetched."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.fetched = inner, []
+
+    def get(self, key):
+        self.fetched.append(key)
+        return self.inner.get(key)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_restore_links_the_files_a_local_copy_shares_and_fetches_the_rest(index, blobs, tmp_path):
+    publish(blobs, "index", index.path, {"n": 1})
+    first = restore_latest(blobs, "index", tmp_path / "one")
+    assert first.linked_files == 0 and first.fetched_files == len(first.manifest["files"]) > 0
+    index.upsert(event_entry("a", "ev-9", kind="note", content="incremental words", time=T0))
+    index.commit()
+    second_manifest = publish(blobs, "index", index.path, {"n": 2})
+    counting = CountingBlobs(blobs)
+    second = restore_latest(counting, "index", tmp_path / "two", LocalCopy.of(tmp_path / "one", first.manifest))
+    old = {(f["name"], f["sha256"]) for f in first.manifest["files"]}
+    new_files = [f for f in second_manifest["files"] if (f["name"], f["sha256"]) not in old]
+    assert new_files and second.linked_files == len(second_manifest["files"]) - len(new_files) > 0
+    assert sorted(k for k in counting.fetched if "/files/" in k) == sorted(f["key"] for f in new_files)
+    assert second.fetched_bytes == sum(f["size"] for f in new_files)
+    assert second.checkpoint == {"n": 2}
+    assert results(IndexSearcher(tmp_path / "two")) == results(IndexSearcher(index.index))
+    assert IndexSearcher(tmp_path / "two").search("incremental", None, ALL).count == 1
+    # linked, not copied: the same inode; removing the old copy leaves the new one whole
+    shared = next(f["name"] for f in second_manifest["files"] if (f["name"], f["sha256"]) in old)
+    assert (tmp_path / "one" / shared).stat().st_ino == (tmp_path / "two" / shared).stat().st_ino
+    shutil.rmtree(tmp_path / "one")
+    assert results(IndexSearcher(tmp_path / "two")) == results(IndexSearcher(index.index))
+
+
+def test_restore_fetches_what_the_local_copy_lost_or_holds_otherwise(index, blobs, tmp_path):
+    manifest = publish(blobs, "index", index.path, {"n": 1})
+    restore_latest(blobs, "index", tmp_path / "one")
+    names = [f["name"] for f in manifest["files"]]
+    (tmp_path / "one" / names[0]).unlink()  # gone meanwhile (a merge retired it)
+    claimed = {f["name"]: f["sha256"] for f in manifest["files"]}
+    claimed[names[1]] = "0" * 64  # the copy's file is other bytes than the snapshot's
+    with open(tmp_path / "one" / names[2], "ab") as fh:
+        fh.write(b"!")  # the size no longer matches
+    again = restore_latest(blobs, "index", tmp_path / "two", LocalCopy(tmp_path / "one", claimed))
+    assert again.fetched_files == 3 and again.linked_files == len(names) - 3
+    assert results(IndexSearcher(tmp_path / "two")) == results(IndexSearcher(index.index))
 
 
 def test_collect_keeps_last_n(index, blobs, tmp_path):

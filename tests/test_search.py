@@ -408,6 +408,14 @@ def test_a_second_gateway_on_one_seaweedfs_bucket_answers_from_the_snapshot(tmp_
         with pytest.raises(AdminError) as refused:
             second.rebuild()
         assert refused.value.status == 409
+        # the next snapshot: the follower fetches what changed and links the segments it has
+        w2 = word()
+        BioClient(two.endpoint, two.access_key, two.secret_key).put_events(
+            [{"agent": "pair", "session": "s", "kind": "note", "content": f"later {w2}"}])
+        wait_for(lambda: found(second, w2), "the follower finds the second event")
+        stats = second.status()["stats"]
+        assert stats["restores"] >= 2 and stats["restore_linked_bytes"] > 0
+        assert found(second, w)["hits"][0]["agent"] == "pair"
     finally:
         one.stop()
         if two is not None:
