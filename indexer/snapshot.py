@@ -14,6 +14,7 @@ Encryption is the store's business: the gateway passes a sealed store.
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import re
@@ -27,6 +28,8 @@ from typing import Any, Protocol
 from .schema import SCHEMA_VERSION
 
 FORMAT = 1
+#: Bytes per read when streaming a segment file in or out.
+CHUNK = 1 << 20
 _SEQ_DIGITS = 12
 _MANIFEST_RE = re.compile(rf"(\d{{{_SEQ_DIGITS}}})\.json$")
 #: Tantivy files that are not part of any segment and are not carried (meta.json is
@@ -46,17 +49,30 @@ class SnapshotError(Exception):
     """No usable snapshot: files missing or corrupt, or another format or schema version."""
 
 
-class BlobStore(Protocol):
-    """Whole-object access to a store; keys are plain strings (the adapter adds a bucket).
+class Readable(Protocol):
+    """A byte stream: ``read(n)`` gives ``b""`` at its end."""
 
-    ``put`` with ``if_none_match=True`` creates only when absent; with ``if_match`` it
-    replaces only that version (etag); a failed condition raises :class:`PreconditionFailed`.
-    ``delete`` of an absent key is not an error. ``list`` returns every key under a prefix.
+    def read(self, n: int = -1) -> bytes: ...
+
+
+class BlobStore(Protocol):
+    """Object access to a store; keys are plain strings (the adapter adds a bucket).
+
+    Manifests are small and go whole (``get``/``put``); segment files can be gigabytes and
+    stream (``open``/``put_stream``), so neither publish nor restore holds one in memory.
+    ``put``/``put_stream`` with ``if_none_match=True`` create only when absent; ``put`` with
+    ``if_match`` replaces only that version (etag); a failed condition raises
+    :class:`PreconditionFailed`. ``get``/``open`` of an absent key give None; ``delete`` of
+    an absent key is not an error. ``list`` returns every key under a prefix.
     """
 
     def get(self, key: str) -> bytes | None: ...
 
     def put(self, key: str, data: bytes, if_match: str | None = None, if_none_match: bool = False) -> str: ...
+
+    def open(self, key: str) -> Readable | None: ...
+
+    def put_stream(self, key: str, body: Readable, if_none_match: bool = False) -> str: ...
 
     def list(self, prefix: str) -> list[str]: ...
 
@@ -80,6 +96,13 @@ class MemoryBlobStore:
             raise PreconditionFailed(key)
         self.objects[key] = bytes(data)
         return hashlib.md5(data).hexdigest()
+
+    def open(self, key: str) -> Readable | None:
+        data = self.objects.get(key)
+        return None if data is None else io.BytesIO(data)
+
+    def put_stream(self, key: str, body: Readable, if_none_match: bool = False) -> str:
+        return self.put(key, body.read(), if_none_match=if_none_match)
 
     def list(self, prefix: str) -> list[str]:
         return sorted(k for k in self.objects if k.startswith(prefix))
@@ -142,28 +165,68 @@ def _segment_files(index_dir: Path, meta: dict) -> list[str]:
     return wanted
 
 
-def _sha256_file(path: Path) -> tuple[bytes, str]:
-    data = path.read_bytes()
-    return data, hashlib.sha256(data).hexdigest()
+class _Hashing:
+    """A reader passing bytes through while it counts and hashes them."""
+
+    def __init__(self, inner: Readable) -> None:
+        self.inner, self.size, self._sha = inner, 0, hashlib.sha256()
+
+    def read(self, n: int = -1) -> bytes:
+        chunk = self.inner.read(n)
+        self.size += len(chunk)
+        self._sha.update(chunk)
+        return chunk
+
+    def drain(self) -> _Hashing:
+        while self.read(CHUNK):
+            pass
+        return self
+
+    @property
+    def sha256(self) -> str:
+        return self._sha.hexdigest()
 
 
-def _upload(store: BlobStore, prefix: str, name: str, data: bytes, sha: str) -> str:
-    """Store a new segment file; returns its key. A same-named object with other bytes
-    (only possible when two writers diverged from one snapshot) gets a hash-suffixed key."""
+def _sha256_of(store: BlobStore, key: str) -> str | None:
+    stream = store.open(key)
+    if stream is None:
+        return None
+    try:
+        return _Hashing(stream).drain().sha256
+    finally:
+        _close(stream)
+
+
+def _close(stream: Readable) -> None:
+    close = getattr(stream, "close", None)
+    if close is not None:
+        close()
+
+
+def _upload(store: BlobStore, prefix: str, name: str, path: Path) -> dict:
+    """Stream a new segment file to the store; its manifest entry. A same-named object with
+    other bytes (only possible when two writers diverged from one snapshot) gets a
+    hash-suffixed key."""
     key = _join(prefix, "files", name)
-    try:
-        store.put(key, data, if_none_match=True)
-        return key
-    except PreconditionFailed:
-        existing = store.get(key)
-        if existing is not None and hashlib.sha256(existing).hexdigest() == sha:
-            return key  # an earlier, unfinished publish stored it already
-    key = _join(prefix, "files", f"{name}.{sha[:16]}")
-    try:
-        store.put(key, data, if_none_match=True)
-    except PreconditionFailed:
-        pass  # same name and same hash prefix: the same bytes
-    return key
+    with open(path, "rb") as fh:
+        reader = _Hashing(fh)
+        try:
+            store.put_stream(key, reader, if_none_match=True)
+            return {"name": name, "key": key, "size": reader.size, "sha256": reader.sha256}
+        except PreconditionFailed:
+            pass
+    with open(path, "rb") as fh:
+        local = _Hashing(fh).drain()
+    entry = {"name": name, "key": key, "size": local.size, "sha256": local.sha256}
+    if _sha256_of(store, key) == local.sha256:
+        return entry  # an earlier, unfinished publish stored it already
+    entry["key"] = _join(prefix, "files", f"{name}.{local.sha256[:16]}")
+    with open(path, "rb") as fh:
+        try:
+            store.put_stream(entry["key"], fh, if_none_match=True)
+        except PreconditionFailed:
+            pass  # same name and same hash prefix: the same bytes
+    return entry
 
 
 def publish(store: BlobStore, prefix: str, index_dir: str | os.PathLike, checkpoint: dict[str, Any],
@@ -193,9 +256,7 @@ def publish(store: BlobStore, prefix: str, index_dir: str | os.PathLike, checkpo
                 if reuse is not None:
                     entries.append(dict(reuse))
                     continue
-                data, sha = _sha256_file(index_dir / name)
-                entries.append({"name": name, "key": _upload(store, prefix, name, data, sha),
-                                "size": len(data), "sha256": sha})
+                entries.append(_upload(store, prefix, name, index_dir / name))
             break
         except FileNotFoundError:
             continue
@@ -274,6 +335,22 @@ def _link(local: LocalCopy | None, entry: dict, target: Path) -> bool:
     return True
 
 
+def _fetch(store: BlobStore, entry: dict, target: Path) -> None:
+    """Stream one snapshot file into ``target``, checked against its size and SHA-256."""
+    stream = store.open(entry["key"])
+    if stream is None:
+        raise SnapshotError(f"snapshot file {entry['key']} is missing")
+    try:
+        reader = _Hashing(stream)
+        with open(target, "wb") as out:
+            while chunk := reader.read(CHUNK):
+                out.write(chunk)
+    finally:
+        _close(stream)
+    if reader.size != entry["size"] or reader.sha256 != entry["sha256"]:
+        raise SnapshotError(f"snapshot file {entry['key']} does not match its manifest")
+
+
 def _restore_one(store: BlobStore, manifest: dict, into: Path, local: LocalCopy | None) -> Restored:
     _check_manifest(manifest)
     counts = {"fetched_files": 0, "fetched_bytes": 0, "linked_files": 0, "linked_bytes": 0}
@@ -285,14 +362,9 @@ def _restore_one(store: BlobStore, manifest: dict, into: Path, local: LocalCopy 
             counts["linked_files"] += 1
             counts["linked_bytes"] += entry["size"]
             continue
-        data = store.get(entry["key"])
-        if data is None:
-            raise SnapshotError(f"snapshot file {entry['key']} is missing")
-        if len(data) != entry["size"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise SnapshotError(f"snapshot file {entry['key']} does not match its manifest")
-        (into / name).write_bytes(data)
+        _fetch(store, entry, into / name)
         counts["fetched_files"] += 1
-        counts["fetched_bytes"] += len(data)
+        counts["fetched_bytes"] += entry["size"]
     # meta.json last: until it exists the directory is not an index
     (into / "meta.json").write_text(json.dumps(manifest["meta"], indent=2))
     return Restored(manifest, **counts)

@@ -1,7 +1,7 @@
 """The indexer library: schema, upserts, access-controlled search, snapshots.
 
-The library never imports ``gateway``; the adapter at the bottom proves its
-BlobStore protocol works over the gateway's real local store.
+The library never imports ``gateway``; the snapshot tests run over both the library's
+in-memory BlobStore and the gateway's adapter (``StoreBlobs``) over its real local store.
 """
 
 from __future__ import annotations
@@ -12,10 +12,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from gateway.store.base import NoSuchKey
-from gateway.store.base import PreconditionFailed as StorePreconditionFailed
+from gateway.search.blobs import StoreBlobs
 from gateway.store.local import LocalStore
-from gateway.store.objects import read_object, swap_condition, write_object
 from indexer import (
     MAX_QUERY_CHARS,
     IndexSearcher,
@@ -215,41 +213,6 @@ def test_indexability():
 # -- snapshots ----------------------------------------------------------------------------
 
 
-class GatewayBlobs:
-    """The indexer's BlobStore over the gateway's ObjectStore (what gateway wiring will do)."""
-
-    def __init__(self, store, bucket):
-        self.store, self.bucket = store, bucket
-
-    def get(self, key):
-        found = read_object(self.store, self.bucket, key)
-        return found[0] if found else None
-
-    def put(self, key, data, if_match=None, if_none_match=False):
-        condition = None
-        if if_match or if_none_match:
-            condition = swap_condition(if_match if if_match else None)
-        try:
-            return write_object(self.store, self.bucket, key, data, condition=condition).etag
-        except StorePreconditionFailed as e:
-            raise PreconditionFailed(key) from e
-
-    def list(self, prefix):
-        keys, after = [], ""
-        while True:
-            page = self.store.list_objects(self.bucket, prefix=prefix, after=after, limit=1000)
-            keys += [e.key for e in page.entries]
-            if not page.is_truncated:
-                return keys
-            after = page.next_marker
-
-    def delete(self, key):
-        try:
-            self.store.delete_object(self.bucket, key)
-        except NoSuchKey:
-            pass
-
-
 @pytest.fixture(params=["memory", "local"])
 def blobs(request, tmp_path):
     if request.param == "memory":
@@ -257,7 +220,7 @@ def blobs(request, tmp_path):
         return
     store = LocalStore(tmp_path / "store")
     store.create_bucket("snapshots")
-    yield GatewayBlobs(store, "snapshots")
+    yield StoreBlobs(store, "snapshots")
     store.close()
 
 
@@ -338,6 +301,10 @@ class CountingBlobs:
         self.fetched.append(key)
         return self.inner.get(key)
 
+    def open(self, key):
+        self.fetched.append(key)
+        return self.inner.open(key)
+
     def __getattr__(self, name):
         return getattr(self.inner, name)
 
@@ -378,6 +345,38 @@ def test_restore_fetches_what_the_local_copy_lost_or_holds_otherwise(index, blob
     again = restore_latest(blobs, "index", tmp_path / "two", LocalCopy(tmp_path / "one", claimed))
     assert again.fetched_files == 3 and again.linked_files == len(names) - 3
     assert results(IndexSearcher(tmp_path / "two")) == results(IndexSearcher(index.index))
+
+
+def test_restore_refuses_a_file_with_other_bytes_and_falls_back(index, blobs, tmp_path):
+    publish(blobs, "index", index.path, {"n": 1})
+    index.upsert(event_entry("a", "ev-7", kind="note", content="tampered later", time=T0))
+    index.commit()
+    first_keys = {f["key"] for f in json.loads(blobs.get(_join("index", "manifests", f"{1:012d}.json")))["files"]}
+    second = publish(blobs, "index", index.path, {"n": 2})
+    victim = next(f for f in second["files"] if f["key"] not in first_keys)
+    data = bytearray(blobs.get(victim["key"]))
+    data[len(data) // 2] ^= 1  # one flipped bit, same size
+    blobs.delete(victim["key"])
+    blobs.put(victim["key"], bytes(data))
+    restored = restore_latest(blobs, "index", tmp_path / "r")
+    assert restored.checkpoint == {"n": 1}
+    assert IndexSearcher(tmp_path / "r").search("tampered", None, ALL).count == 0
+
+
+def test_publish_keeps_a_diverged_writers_file_under_its_hash(index, blobs, tmp_path):
+    """Two writers that diverged from one snapshot can name a segment file alike with other
+    bytes: the second one's goes under ``<name>.<sha256[:16]>`` and both snapshots restore."""
+    manifest = publish(blobs, "index", index.path, {"n": 1})
+    entry = manifest["files"][0]
+    blobs.delete(entry["key"])
+    blobs.put(entry["key"], b"another writer's bytes")  # same name, other content
+    blobs.delete(_join("index", "manifests", f"{1:012d}.json"))
+    again = publish(blobs, "index", index.path, {"n": 2})
+    moved = next(f for f in again["files"] if f["name"] == entry["name"])
+    assert moved["key"] == f"{entry['key']}.{entry['sha256'][:16]}" and moved["sha256"] == entry["sha256"]
+    assert blobs.get(entry["key"]) == b"another writer's bytes"
+    assert restore_latest(blobs, "index", tmp_path / "r").checkpoint == {"n": 2}
+    assert results(IndexSearcher(tmp_path / "r")) == results(IndexSearcher(index.index))
 
 
 def test_collect_keeps_last_n(index, blobs, tmp_path):

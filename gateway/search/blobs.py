@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from indexer import PreconditionFailed
 
-from ..store.base import INTERNAL_BUCKET, NoSuchKey, ObjectStore
+from ..store.base import (
+    INTERNAL_BUCKET,
+    NoSuchKey,
+    ObjectMeta,
+    ObjectReader,
+    ObjectStore,
+    Readable,
+    WriteCondition,
+)
 from ..store.base import PreconditionFailed as StorePreconditionFailed
 from ..store.objects import read_object, swap_condition, write_object
 
 
 class StoreBlobs:
-    """Whole objects under one bucket of the gateway's store (the internal bucket by default).
+    """Objects under one bucket of the gateway's store (the internal bucket by default):
+    manifests whole, segment files streamed both ways.
 
     The store passed in is the sealed one, so snapshot files are ciphertext in the backend.
     """
@@ -29,6 +38,19 @@ class StoreBlobs:
         condition = swap_condition(if_match) if (if_match or if_none_match) else None
         try:
             return write_object(self.store, self.bucket, key, data, condition=condition).etag
+        except StorePreconditionFailed as exc:
+            raise PreconditionFailed(key) from exc
+
+    def open(self, key: str) -> ObjectReader | None:
+        try:
+            return self.store.open_object(self.bucket, key)
+        except NoSuchKey:
+            return None
+
+    def put_stream(self, key: str, body: Readable, if_none_match: bool = False) -> str:
+        condition = WriteCondition(if_none_match=True) if if_none_match else None
+        try:
+            return self.store.put_object(self.bucket, key, body, ObjectMeta(), condition).etag
         except StorePreconditionFailed as exc:
             raise PreconditionFailed(key) from exc
 
