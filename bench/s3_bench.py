@@ -631,7 +631,8 @@ def run_load(nthreads: int, op: Callable[[int, int], None], *, count: int | None
     lats: list[list[float]] = [[] for _ in range(nthreads)]
     ends = [0.0] * nthreads
     t0_box = [0.0]
-    quota = [count // nthreads + (1 if t < count % nthreads else 0) for t in range(nthreads)] if count else None
+    quota = ([count // nthreads + (1 if t < count % nthreads else 0) for t in range(nthreads)]
+             if count else None)
 
     def worker(t: int) -> None:
         ok = err = 0
@@ -779,7 +780,7 @@ def bench_server(srv: Server, plan: Plan, big_src: Path, big_sha: str) -> dict[s
             if code in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                 break
             if time.monotonic() > deadline:
-                raise ServerError(f"create_bucket failed: {e}")
+                raise ServerError(f"create_bucket failed: {e}") from e
             time.sleep(0.3)
 
     body = os.urandom(SMALL)
@@ -1047,8 +1048,10 @@ def evaluate_targets(results: dict[str, Any], plan: Plan) -> list[dict[str, Any]
         v = om.get(k)
         pv = {p: m.get(k) for p, m in peers.items() if isinstance(m.get(k), (int, float))}
         ok = None if v is None or not pv else all(v < x for x in pv.values())
-        add(f"{k} < every Python peer ({', '.join(pv) or 'none ran'})", v, min(pv.values()) if pv else None, ok)
-    note = "" if plan.big_bytes == 256 * 1024 * 1024 else f"measured with {plan.big_bytes >> 20} MiB (--quick)"
+        add(f"{k} < every Python peer ({', '.join(pv) or 'none ran'})", v,
+            min(pv.values()) if pv else None, ok)
+    quick = plan.big_bytes != 256 * 1024 * 1024
+    note = f"measured with {plan.big_bytes >> 20} MiB (--quick)" if quick else ""
     v = om.get("big_get_MBps")
     add("big GET >= 500 MB/s", v, 500, None if v is None else v >= 500, note)
     v = om.get("big_put_MBps")
