@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import sysconfig
@@ -296,6 +297,63 @@ def test_bad_query_input_is_a_clear_error(admin, gw):
         with pytest.raises(AdminError) as bad:
             agent.events(**query)
         assert bad.value.status == 400 and needle in bad.value.message
+
+
+def forged(key: list, session: str | None = None) -> str:
+    return base64.urlsafe_b64encode(json.dumps({"k": key, "s": session}).encode()).decode().rstrip("=")
+
+
+@pytest.mark.parametrize("session,key", [
+    (None, ["x", "y"]), (None, [None, "y"]), (None, [1, 2]), (None, [2**70, "y"]), (None, [2**63, "y"]),
+    (None, [True, "y"]), (None, [1.5, "y"]), (None, "ab"), (None, [1, "y", 3]),
+    ("s1", [0, 3, 5, "x"]), ("s1", [False, True, 5, "x"]), ("s1", [False, 3, "5", "x"]),
+    ("s1", [False, 3, 2**64, "x"]), ("s1", [False, 3, 5, 7]), ("s1", [5, "x"]),
+])
+def test_a_forged_cursor_is_a_400(admin, gw, root, session, key):
+    _, agent, _ = new_agent(admin, gw)
+    agent.put_events(transcript(6))
+    root.compact()  # the timeline cursor is compared with Parquet columns too
+    agent.put_events(transcript(3))
+    with pytest.raises(AdminError) as bad:
+        agent.events(session=session, limit=2, cursor=forged(key, session))
+    assert bad.value.status == 400 and bad.value.code == "InvalidArgument"
+    assert bad.value.message.startswith("cursor: cursor is not one this query handed out")
+
+
+@pytest.mark.parametrize("name,value", [("until", "99999999999999999999"), ("since", "9" * 400),
+                                        ("since", "9223372036855"), ("until", "999999999999999d")])
+def test_a_time_out_of_range_is_a_400_naming_the_parameter(admin, gw, name, value):
+    _, agent, _ = new_agent(admin, gw)
+    agent.put_events(transcript(2))
+    with pytest.raises(AdminError) as bad:
+        agent.events(**{name: value})
+    assert bad.value.status == 400 and bad.value.code == "InvalidArgument"
+    assert bad.value.message.startswith(f"{name}: ") and "out of range" in bad.value.message
+    assert len(bad.value.message) < 200  # a long value is not echoed whole
+    assert all_events(agent, **{name: "9223372036854"}) == ([] if name == "since" else all_events(agent))
+
+
+def test_a_retried_batch_without_times_is_read_once(admin, gw, root):
+    """A retry gets a new server time: the first stored copy wins on every page, before and after
+    compaction, even where a filter keeps only the retry's time."""
+    _, agent, _ = new_agent(admin, gw)
+    batch = [{"session": "s", "kind": "note", "event_id": f"retried-{i}", "content": f"try {i}"} for i in range(3)]
+    agent.put_events(batch)
+    root.compact()
+    agent.put_events([{"session": "s", "kind": "note", "event_id": "other"}])
+    agent.put_events(batch)  # the retry: in the log tail, later than "other"
+    agent.put_events([{"session": "s", "kind": "note", "event_id": "tail-only"}])
+    agent.put_events([batch[0], {"session": "s", "kind": "note", "event_id": "tail-only"}])
+    want = ["retried-0", "retried-1", "retried-2", "other", "tail-only"]
+    for _ in range(2):
+        first = all_events(agent)
+        assert [e["event_id"] for e in first] == want
+        for size in (1, 2):
+            assert all_events(agent, page_size=size) == first
+            assert all_events(agent, session="s", page_size=size) == first
+        later = all_events(agent, since=first[3]["ts"])
+        assert [e["event_id"] for e in later] == ["other", "tail-only"]
+        root.compact()
 
 
 # -- crashes and replicas ---------------------------------------------------------------------

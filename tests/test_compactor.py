@@ -6,12 +6,13 @@ import threading
 
 import pytest
 
+from gateway.biography import query
 from gateway.biography.events import Event
 from gateway.biography.stream import BioStream
 from gateway.log import BioRecord, DurableLog
 from gateway.segments.compactor import CONSUMER, Compactor
 from gateway.segments.files import SegmentFiles
-from gateway.store.base import INTERNAL_BUCKET
+from gateway.store.base import INTERNAL_BUCKET, StoreUnavailable
 from gateway.store.local import LocalStore
 
 DAY_US = 86_400_000_000
@@ -173,3 +174,210 @@ def test_audit_retention_retires_old_audit_partitions(store):
     bio = Segment("bio", "agent=a/date=2026-09-01", "c.parquet", 1, 1, 0, 0, now)
     assert [policy.expired(s, now) for s in (old, recent, bio)] == [True, False, False]
     assert RetentionPolicy.from_dict(policy.to_dict()) == policy
+
+
+# -- a swap whose outcome is unknown ---------------------------------------------------------
+
+
+class CheckpointTimeouts:
+    """A store whose next write of the compactor's checkpoint times out: after it landed
+    (``lands``), as an S3 upstream does when only its answer is lost, or before."""
+
+    def __init__(self, inner, lands: bool):
+        self.inner, self.lands, self.armed = inner, lands, False
+
+    def put_object(self, bucket, key, *args, **kwargs):
+        if self.armed and key == f"checkpoints/{CONSUMER}.json":
+            self.armed = False
+            if self.lands:
+                self.inner.put_object(bucket, key, *args, **kwargs)
+            raise StoreUnavailable("upstream timed out")
+        return self.inner.put_object(bucket, key, *args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def read_ids(c: Compactor, agent: str = "a") -> list[str]:
+    return [e.event_id for e in c.consistent(
+        lambda snap: query.gather(snap, c.files, c.log.reader, query.Filter(agent)))]
+
+
+def parquet_keys(store) -> set[str]:
+    return {e.key for e in store.list_objects(INTERNAL_BUCKET, "parquet/").entries}
+
+
+def test_a_swap_that_landed_before_its_timeout_keeps_its_segments(store):
+    flaky = CheckpointTimeouts(store, lands=True)
+    log = DurableLog(flaky, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        log.append([BioRecord(event(i)) for i in range(10)])
+        c = compactor(flaky, log)
+        flaky.armed = True
+        with pytest.raises(StoreUnavailable):
+            c.run_once()
+        named = {s.key for s in c.snapshot().manifest.of("bio")}
+        assert named and named == parquet_keys(store)  # the stored manifest's files are all there
+        assert read_ids(c) == [f"e{i:06d}" for i in range(10)]
+        assert c.run_once().records == 0  # nothing left to do
+        log.append([BioRecord(event(i)) for i in range(8, 14)])  # the same partition again
+        assert c.run().records == 6
+        assert log.reader.pending({}) == []  # collected: the committed positions passed it all
+        assert read_ids(c) == [f"e{i:06d}" for i in range(14)]
+        assert sorted(stored_ids(store)) == [f"e{i:06d}" for i in range(14)]
+    finally:
+        log.close()
+
+
+def test_a_swap_that_failed_leaves_orphans_for_the_sweep(store):
+    flaky = CheckpointTimeouts(store, lands=False)
+    log = DurableLog(flaky, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        log.append([BioRecord(event(i)) for i in range(5)])
+        c = compactor(flaky, log)
+        flaky.armed = True
+        with pytest.raises(StoreUnavailable):
+            c.run_once()
+        assert c.snapshot().manifest.of("bio") == []
+        orphans = parquet_keys(store)
+        assert len(orphans) == 1
+        assert read_ids(c) == [f"e{i:06d}" for i in range(5)]  # still in the log
+        c.run()
+        assert sorted(stored_ids(store)) == [f"e{i:06d}" for i in range(5)]
+        c.grace = 0
+        assert c.sweep() == 1
+        assert parquet_keys(store) == {s.key for s in c.snapshot().manifest.of("bio")}
+        assert orphans.isdisjoint(parquet_keys(store))
+    finally:
+        log.close()
+
+
+def test_an_error_before_the_swap_deletes_what_the_run_wrote(store):
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        log.append([BioRecord(event(i, day=i % 2)) for i in range(6)])  # two partitions
+        c = compactor(store, log)
+        write, calls = c.files.write, []
+
+        def second_write_fails(key, data):
+            calls.append(key)
+            if len(calls) == 2:
+                raise StoreUnavailable("upstream unreachable")
+            write(key, data)
+
+        c.files.write = second_write_fails
+        with pytest.raises(StoreUnavailable):
+            c.run_once()
+        assert parquet_keys(store) == set() and c._ids == {}
+        c.files.write = write
+        c.run()
+        assert sorted(stored_ids(store)) == [f"e{i:06d}" for i in range(6)]
+    finally:
+        log.close()
+
+
+# -- the id cache ----------------------------------------------------------------------------
+
+
+def test_the_id_cache_holds_only_current_segments(store):
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        c = compactor(store, log)
+        c.grace = 0  # replaced files go on the next run
+        for round_ in range(9):
+            log.append([BioRecord(event(round_ * 10 + i)) for i in range(10)])
+            c.run()
+        log.append([BioRecord(event(1000, agent="b"))])
+        c.run()
+        c.retention = lambda segment, now: segment.value("agent") == "b"
+        assert c.run_once().retired_by_retention == 1
+        c.run_once()  # each run starts by forgetting the segments its manifest no longer names
+        current = {s.key for s in c.snapshot().manifest.of("bio")}
+        assert len(current) == 3  # nine runs, two merges
+        assert set(c._ids) == current
+        assert sum(len(ids) for ids in c._ids.values()) == 90
+    finally:
+        log.close()
+
+
+# -- retries stamped with a new time --------------------------------------------------------
+
+
+def retried(i: int, us: int) -> dict:
+    """Event i as a retry without ``ts`` makes it: the same id, the server's time of that try."""
+    return Event(f"r{i}", "a", "s", us, "note", content=f"retried {i}").to_record()
+
+
+MIDNIGHT = (T0 // DAY_US + 1) * DAY_US
+
+
+@pytest.mark.parametrize("one_run", [False, True])
+def test_a_retry_on_the_next_day_is_kept_once(store, one_run):
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        c = compactor(store, log)
+        log.append([BioRecord(retried(i, MIDNIGHT - 1_000_000 + i)) for i in range(3)])  # 23:59:59
+        if not one_run:
+            c.run()
+        log.append([BioRecord(retried(i, MIDNIGHT + 1_000_000 + i)) for i in range(3)])  # 00:00:01
+        log.append([BioRecord(retried(i, MIDNIGHT - 2 * DAY_US + i)) for i in range(3)])  # and back
+        c.run()
+        assert sorted(stored_ids(store)) == ["r0", "r1", "r2"]
+        assert {s.value("date") for s in c.snapshot().manifest.of("bio")} == {"2026-11-30"}
+        log.append([BioRecord(retried(i, MIDNIGHT + 5_000_000 + i)) for i in range(3)])
+        c.run()
+        assert sorted(stored_ids(store)) == ["r0", "r1", "r2"]
+        assert [e.ts for e in paged(c, 1)] == [MIDNIGHT - 1_000_000 + i for i in range(3)]
+    finally:
+        log.close()
+
+
+def test_the_same_id_of_another_agent_is_another_event(store):
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        c = compactor(store, log)
+        log.append([BioRecord(retried(0, MIDNIGHT - 1))])
+        c.run()
+        log.append([BioRecord({**retried(0, MIDNIGHT + 1), "agent": "b"})])
+        c.run()
+        assert stored_ids(store) == ["r0", "r0"]
+        assert read_ids(c, "a") == read_ids(c, "b") == ["r0"]
+    finally:
+        log.close()
+
+
+def paged(c: Compactor, limit: int, **filters) -> list[Event]:
+    f = query.Filter("a", **filters)
+    out, cursor = [], None
+    while True:
+        events, cursor = c.consistent(
+            lambda snap: query.page(snap, c.files, c.log.reader, f, limit, cursor))  # noqa: B023
+        out += events
+        if not cursor:
+            return out
+
+
+@pytest.mark.parametrize("session", [None, "s"])
+def test_pages_never_repeat_a_retried_id(store, session):
+    """The copy stored first wins: the segments' over the tail's, the tail's first over later ones,
+    whatever the filter or the cursor let through."""
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        c = compactor(store, log)
+        log.append([BioRecord(retried(i, MIDNIGHT - 10_000_000 + i)) for i in range(3)])
+        c.run()
+        log.append([BioRecord(retried(i, MIDNIGHT + 1_000_000 + i)) for i in range(3)])  # after midnight
+        log.append([BioRecord(retried(i, MIDNIGHT - 5_000_000 + i)) for i in range(3, 6)])  # tail only
+        log.append([BioRecord(retried(i, MIDNIGHT + 2_000_000 + i)) for i in range(3, 6)])  # tail retry
+        firsts = [MIDNIGHT - 10_000_000 + i for i in range(3)] + [MIDNIGHT - 5_000_000 + i for i in range(3, 6)]
+        for limit in (1, 2, 100):
+            got = paged(c, limit, session=session)
+            assert [e.event_id for e in got] == [f"r{i}" for i in range(6)]
+            assert [e.ts for e in got] == firsts
+        # a later copy stays dropped where the first copy is filtered out
+        assert paged(c, 1, session=session, since=MIDNIGHT) == []
+        c.run()
+        assert sorted(stored_ids(store)) == [f"r{i}" for i in range(6)]
+        assert [e.ts for e in paged(c, 1, session=session)] == firsts
+    finally:
+        log.close()

@@ -22,6 +22,8 @@ from .rest import ApiError, Call, Reply, Router
 ARN = "arn:orgmem:bio:::"
 MAX_LIMIT = 1000
 DEFAULT_LIMIT = 100
+#: ``since``/``until`` are kept in signed 64-bit microseconds.
+MAX_SECONDS = (2**63 - 1) // 1_000_000
 
 
 class AuditRetentionBody(BaseModel):
@@ -171,11 +173,19 @@ def _time(value: str | None, name: str) -> int | None:
     if not value:
         return None
     try:
-        return int(parse_since(value, time.time()) * 1_000_000)
+        us = parse_since(value, time.time()) * 1_000_000
     except ValueError:
-        raise ApiError("InvalidArgument", f"{name}: {value!r} is not a time; use RFC 3339 "
+        raise ApiError("InvalidArgument", f"{name}: {_short(value)} is not a time; use RFC 3339 "
                        f"({datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}), unix seconds, or a duration like "
                        "10m or 7d.") from None
+    if not -(2**63) <= us <= 2**63 - 1:  # also false for inf and nan
+        raise ApiError("InvalidArgument", f"{name}: {_short(value)} is out of range; a time must lie within "
+                       f"{MAX_SECONDS} seconds (about 292,000 years) of 1970-01-01T00:00:00Z.")
+    return int(us)
+
+
+def _short(value: str, limit: int = 40) -> str:
+    return repr(value if len(value) <= limit else value[:limit] + "...")
 
 
 def _limit(value: str | None) -> int:

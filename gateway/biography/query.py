@@ -1,15 +1,24 @@
 """Reading a biography: compacted segments merged with the log's uncompacted tail.
 
 One loaded checkpoint is the snapshot: its manifest names the segments and its
-positions say where the tail starts, so every acknowledged event is seen exactly once
-(retries of one event id collapse to the first), including those acknowledged a moment
-ago (read-your-writes).
+positions say where the tail starts, so every acknowledged event is seen exactly once,
+including those acknowledged a moment ago (read-your-writes).
+
+Retries of one event id collapse to the copy stored first: the one in the agent's
+segments within a day of it if there is one, else the earliest in the log tail. A later
+copy is dropped even when the first copy falls outside the filter or before the cursor,
+so no page repeats an id (a retry sent without ``ts`` gets a new server time and may sort
+far from the first copy, on another page). The compactor keeps the same copy, within
+the same one-day window (see ``gateway/segments/compactor.py``), so pages read the same
+before and after compaction.
 """
 
 from __future__ import annotations
 
 import base64
-from collections.abc import Iterable
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
 import orjson
@@ -25,6 +34,10 @@ from .events import Event, format_ts, order_key, time_key
 
 #: How much of a question's text the sessions summary shows.
 QUESTION_PREVIEW = 200
+#: Event ids of segments kept in memory (segments never change), about 35 bytes each.
+ID_CACHE_IDS = 1_000_000
+_INT64 = (-(2**63), 2**63 - 1)
+_DAY_US = 86_400_000_000
 
 
 class BadCursor(ValueError):
@@ -72,6 +85,8 @@ def gather(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, f: Filter
 
     In time order, each segment is cut to its first ``limit`` rows past the cursor in
     Arrow before any row becomes an Event, so reading page N costs a page, not N pages.
+    Tail events are checked against the agent's segments by their id columns alone
+    (cached), not by reading their rows.
     """
     timeline = f.session is None
     after_ts = after[0] if timeline and after else None
@@ -87,14 +102,72 @@ def gather(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, f: Filter
             if e.event_id not in seen:
                 seen.add(e.event_id)
                 out.append(e)
-    for e in tail(snapshot, reader, f.agent):
-        if e.event_id not in seen and f.keeps(e):
-            seen.add(e.event_id)
-            out.append(e)
+    out += [e for e in first_copies(snapshot, files, reader, f.agent) if f.keeps(e)]
     out.sort(key=f.sort_key)
     if after is not None:
         out = out[_bisect(out, f, after):]
     return out
+
+
+def first_copies(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, agent: str) -> list[Event]:
+    """The agent's tail events that are the first stored copy of their id: the earliest
+    in the tail, unless a segment of the agent within a day of it holds the id already
+    (the compactor's window, so a page reads the same before and after compaction)."""
+    first: dict[str, Event] = {}
+    for e in tail(snapshot, reader, agent):
+        first.setdefault(e.event_id, e)
+    if not first:
+        return []
+    days = {d for e in first.values() for d in _days_around(e.ts)}
+    stored = _stored_ids(snapshot, files, agent, days, first.keys())
+    return [e for event_id, e in first.items() if event_id not in stored]
+
+
+def _days_around(ts_us: int) -> tuple[str, str, str]:
+    return tuple(schema.date_of(ts_us + step * _DAY_US) for step in (-1, 0, 1))
+
+
+def _stored_ids(snapshot: Snapshot, files: SegmentFiles, agent: str, days: Collection[str],
+                ids: Collection[str]) -> set[str]:
+    """Those of ``ids`` that a segment of ``agent`` dated one of ``days`` holds."""
+    wanted = pa.array(list(ids), pa.string())
+    found: set[str] = set()
+    for segment in snapshot.manifest.of("bio"):
+        if segment.value("agent") == agent and segment.value("date") in days:
+            held = _ID_CACHE.get(files, segment.key)
+            found.update(held.filter(pc.is_in(held, value_set=wanted)).to_pylist())
+    return found
+
+
+class _IdCache:
+    """Segment key -> its ``event_id`` column (read alone; segments never change), least
+    recently used dropped first, so a page of an agent with a busy tail does not decode
+    every one of its segments again."""
+
+    def __init__(self, limit: int) -> None:
+        self._ids: OrderedDict[str, pa.Array] = OrderedDict()
+        self._held = 0
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def get(self, files: SegmentFiles, key: str) -> pa.Array:
+        with self._lock:
+            ids = self._ids.get(key)
+            if ids is not None:
+                self._ids.move_to_end(key)
+                return ids
+        ids = files.table(key, ["event_id"])["event_id"].combine_chunks()
+        with self._lock:
+            if key not in self._ids:
+                self._ids[key] = ids
+                self._held += len(ids)
+                while self._held > self._limit and len(self._ids) > 1:
+                    _, old = self._ids.popitem(last=False)
+                    self._held -= len(old)
+        return ids
+
+
+_ID_CACHE = _IdCache(ID_CACHE_IDS)
 
 
 def _past(table: pa.Table, after: tuple) -> pa.Table:
@@ -163,11 +236,17 @@ def encode_cursor(key: tuple, f: Filter) -> str:
 def decode_cursor(cursor: str, f: Filter) -> tuple:
     try:
         doc = orjson.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        if type(doc) is not dict or doc.get("s") != f.session or type(doc.get("k")) is not list:
+            raise ValueError
         key = tuple(doc["k"])
-        if doc.get("s") != f.session or len(key) != (4 if f.session is not None else 2):
+        # what the sort key holds (events.order_key in a session, else time_key), exactly
+        types = (bool, int, int, str) if f.session is not None else (int, str)
+        if len(key) != len(types) or any(type(v) is not t for v, t in zip(key, types, strict=True)):
+            raise ValueError
+        if any(type(v) is int and not _INT64[0] <= v <= _INT64[1] for v in key):
             raise ValueError
         return key
-    except (ValueError, KeyError, TypeError, orjson.JSONDecodeError):
+    except (ValueError, KeyError, TypeError):  # binascii.Error and JSONDecodeError are ValueErrors
         raise BadCursor("cursor is not one this query handed out; start again without it") from None
 
 

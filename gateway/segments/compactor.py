@@ -6,7 +6,14 @@ segments (merging a partition's small ones into them), and then swaps the checkp
 new positions and new manifest together. Files are written first and the manifest
 last, so a reader never sees a segment that is not whole. When two gateways compact
 the same stretch at once, one swap wins; the loser deletes what it wrote and finds
-nothing left to do on its next run, so no record is lost or doubled.
+nothing left to do on its next run, so no record is lost or doubled. A swap that fails
+otherwise (a timeout) may have landed: its files are kept, and if no manifest names
+them the sweep removes them after the grace period.
+
+Retries are recognised by id within a partition and, for biography events (whose time
+the server assigns again when a retry comes without ``ts``), also in the same agent's
+partitions of the day before and after, and on any day within one run: the first
+stored copy is kept.
 """
 
 from __future__ import annotations
@@ -17,12 +24,13 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import date, timedelta
 from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..log import CheckpointConflict, DurableLog, advance
+from ..log import Checkpoint, CheckpointConflict, DurableLog, advance
 from ..log.layout import Positions
 from ..logs import log as event_log
 from ..store.base import INTERNAL_BUCKET, StoreError
@@ -41,6 +49,10 @@ MERGE_AT = 4
 SETTLED_ROWS = 10_000
 #: Runs between sweeps for segment files no manifest names (left by a crash mid-run).
 SWEEP_EVERY = 50
+#: Streams whose records are stamped anew when retried (a biography event sent without ``ts``
+#: gets the server's time at each try), so a retry can land on the day before or after: for
+#: these, a partition's ids count as held by the same partition of the adjacent days too.
+RESTAMPED = frozenset({"bio"})
 
 T = TypeVar("T")
 
@@ -150,41 +162,61 @@ class Compactor:
         result = RunResult()
         cp = self.log.checkpoints.load(CONSUMER)
         manifest = Manifest.from_state(cp.state)
+        self._forget_gone(manifest)
         positions, batches = self._read_log(cp.positions, result)
         added: list[Segment] = []
-        removed: list[Segment] = []
         try:
-            for stream_name, payloads in batches.items():
-                stream = self.streams[stream_name]
-                for partition, items in _group(stream, payloads).items():
-                    new, old = self._compact_partition(stream, manifest, partition, items, now)
-                    added += new
-                    removed += old
-            expired = self._expired_by_retention(manifest, now)
-            result.retired_by_retention = len(expired)
-            removed += expired
-            result.merged = sum(1 for s in removed if s not in expired)
-            due = manifest.expired(now)
-            if not added and not removed and not due and positions == cp.positions:
-                return result
-            for retired in due:  # past their grace: no reader can still be using them
-                self.files.delete(retired.key)
-            result.deleted = len(due)
-            updated = manifest.replace(added, removed, now, self.grace).without_retired({r.key for r in due})
-            self.log.checkpoints.save(cp, positions, updated.to_state())
-        except CheckpointConflict:
-            self._discard(added)
+            removed = self._build(manifest, batches, now, result, added)
+        except BaseException:
+            self._discard(added)  # no swap was attempted: nothing names them
+            raise
+        due = manifest.expired(now)
+        if not added and not removed and not due and positions == cp.positions:
+            return result
+        updated = manifest.replace(added, removed, now, self.grace).without_retired({r.key for r in due})
+        if not self._swap(cp, positions, updated, added):
             result.conflict = True
             return result
-        except BaseException:
-            self._discard(added)
-            raise
         result.written = [s.key for s in added]
+        # past their grace, no reader can still be using them; the manifest no longer names
+        # them, so one left behind (a failed delete) is an orphan the sweep removes
+        result.deleted = self._delete_quietly([r.key for r in due])
         try:
             result.log_removed = self.log.collect()
         except StoreError as exc:  # collection is retried on the next run
             event_log.warning("log_collect_failed", error=exc.__class__.__name__)
         return result
+
+    def _build(self, manifest: Manifest, batches: dict[str, list], now: float, result: RunResult,
+               added: list[Segment]) -> list[Segment]:
+        """Write the run's segments, appending each to ``added`` as soon as it is stored (so a
+        failure midway can delete them); returns the segments they replace or that expired."""
+        removed: list[Segment] = []
+        for stream_name, payloads in batches.items():
+            stream = self.streams[stream_name]
+            for partition, items in _group(stream, payloads).items():
+                new, old = self._compact_partition(stream, manifest, partition, items, now)
+                added += new
+                removed += old
+        expired = self._expired_by_retention(manifest, now)
+        result.retired_by_retention = len(expired)
+        result.merged = sum(1 for s in removed if s not in expired)
+        return removed + expired
+
+    def _swap(self, cp: Checkpoint, positions: Positions, manifest: Manifest, added: list[Segment]) -> bool:
+        """Save the new positions and manifest; False if another gateway moved the checkpoint
+        first (this run's files are then deleted: no manifest will name them).
+
+        Any other error is raised and deletes nothing: the write may have landed all the
+        same (an upstream timeout after the PUT), and then the stored manifest names the
+        new files. If it did not, they are orphans that :meth:`sweep` removes after the
+        grace period."""
+        try:
+            self.log.checkpoints.save(cp, positions, manifest.to_state())
+        except CheckpointConflict:
+            self._discard(added)
+            return False
+        return True
 
     def _read_log(self, start: Positions, result: RunResult) -> tuple[Positions, dict[str, list]]:
         live = set(self.log.reader.writers())
@@ -206,13 +238,13 @@ class Compactor:
     def _compact_partition(self, stream: Stream, manifest: Manifest, partition: str,
                            payloads: list[dict], now: float) -> tuple[list[Segment], list[Segment]]:
         existing = manifest.of(stream.name, partition)
+        neighbours = self._neighbours(stream, manifest, partition)
+        held = [self._segment_ids(stream, s) for s in existing + neighbours]
         seen: set[str] = set()
-        for segment in existing:
-            seen |= self._segment_ids(stream, segment)
         fresh = []
         for payload in payloads:
             ident = stream.id_of(payload)
-            if ident not in seen:
+            if ident not in seen and not any(ident in ids for ids in held):
                 seen.add(ident)
                 fresh.append(payload)
         if not fresh:
@@ -245,18 +277,37 @@ class Compactor:
             self._ids[segment.key] = ids
         return ids
 
+    def _neighbours(self, stream: Stream, manifest: Manifest, partition: str) -> list[Segment]:
+        """Segments of the partitions a retry of a record in ``partition`` may have landed in."""
+        if stream.name not in RESTAMPED:
+            return []
+        return [s for p in _adjacent_days(partition) for s in manifest.of(stream.name, p)]
+
+    def _forget_gone(self, manifest: Manifest) -> None:
+        """Keep the cached ids of current segments only (merged, retired and expired ones go)."""
+        current = {s.key for s in manifest.segments}
+        self._ids = {key: ids for key, ids in self._ids.items() if key in current}
+
     def _expired_by_retention(self, manifest: Manifest, now: float) -> list[Segment]:
         if self.retention is None:
             return []
         return [s for s in manifest.segments if self.retention(s, now)]
 
     def _discard(self, segments: list[Segment]) -> None:
+        self._delete_quietly([s.key for s in segments])
         for segment in segments:
-            try:
-                self.files.delete(segment.key)
-            except StoreError:
-                pass  # an orphan: the sweep removes it
             self._ids.pop(segment.key, None)
+
+    def _delete_quietly(self, keys: list[str]) -> int:
+        """Delete segment files no manifest names; one that fails stays an orphan for the sweep."""
+        deleted = 0
+        for key in keys:
+            try:
+                self.files.delete(key)
+                deleted += 1
+            except StoreError as exc:
+                event_log.warning("segment_delete_failed", key=key, error=exc.__class__.__name__)
+        return deleted
 
     # -- housekeeping ---------------------------------------------------------
 
@@ -282,12 +333,43 @@ class Compactor:
 
 def _group(stream: Stream, payloads: list[dict]) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = defaultdict(list)
+    seen: set[tuple[str, str]] = set()
     for payload in payloads:
         try:
             partition = stream.partition_of(payload)
+            ident = stream.id_of(payload)
         except (KeyError, TypeError, ValueError) as exc:
             # a record no reader could use must not stop every stream's compaction
             event_log.error("record_unreadable", stream=stream.name, error=exc.__class__.__name__)
             continue
+        if stream.name in RESTAMPED:  # a retry read in this run may sit on another day
+            family = (_without_date(partition), ident)
+            if family in seen:
+                continue
+            seen.add(family)
         groups[partition].append(payload)
     return groups
+
+
+def _without_date(partition: str) -> str:
+    return "/".join(part for part in partition.split("/") if not part.startswith("date="))
+
+
+def _adjacent_days(partition: str) -> list[str]:
+    """``partition`` on the day before and the day after (none if it names no date)."""
+    parts = partition.split("/")
+    dated = [i for i, part in enumerate(parts) if part.startswith("date=")]
+    if not dated:
+        return []
+    try:
+        day = date.fromisoformat(parts[dated[0]].removeprefix("date="))
+    except ValueError:
+        return []
+    out = []
+    for step in (-1, 1):
+        try:
+            parts[dated[0]] = f"date={day + timedelta(days=step)}"
+        except OverflowError:  # no day before 0001-01-01 or after 9999-12-31
+            continue
+        out.append("/".join(parts))
+    return out
