@@ -54,7 +54,7 @@ from .search import workdirs
 from .search.blobs import StoreBlobs
 from .search.entries import Sources, event_of
 from .search.tokens import AccessTokens
-from .search.workers import SearchWorkers, WorkerFailed
+from .search.workers import SearchCrashed, SearchWorkers, WorkerFailed
 from .store.base import ObjectStore, StoreError
 
 #: The log consumer (its checkpoint holds back log collection) and the lease's job name.
@@ -97,6 +97,10 @@ SLOW_SEARCH_MS = 100
 
 class IndexNotReady(Exception):
     """The index is being restored or built; searches answer once it is open."""
+
+
+class SearchFailed(Exception):
+    """A search killed its worker process or ran out of time (HTTP 503)."""
 
 
 class NotIndexWriter(Exception):
@@ -329,8 +333,25 @@ class SearchIndex:
             self._writer.delete(deletes)
             self.stats["deletes"] += len(deletes)
         if upserts:
-            self._writer.upsert(upserts)
+            try:
+                self._writer.upsert(upserts)
+            except (ValueError, TypeError):
+                self._upsert_each(upserts)  # upserts repeat harmlessly: redo them one by one
+                return
             self.stats["upserts"] += len(upserts)
+
+    def _upsert_each(self, upserts: list) -> None:
+        """Upsert one at a time, skipping the entries Tantivy refuses: one odd entry must not
+        hold the whole log (and its collection) back."""
+        assert self._writer is not None
+        for entry in upserts:
+            try:
+                self._writer.upsert(entry)
+                self.stats["upserts"] += 1
+            except (ValueError, TypeError) as exc:
+                self.stats["skipped"] += 1
+                log.warning("index_entry_skipped", source=entry.source[:200], error=exc.__class__.__name__,
+                            detail=str(exc)[:200])
 
     def _commit(self) -> None:
         assert self._writer is not None
@@ -461,6 +482,10 @@ class SearchIndex:
         try:
             found = self._workers.search(str(self._dir), self._generation, query or "", clean, tokens,
                                          limit, offset)
+        except SearchCrashed as exc:
+            log.error("search_worker_crashed", detail=str(exc)[:300])
+            raise SearchFailed("The search stopped before it finished and was not retried; "
+                               "simplify the query or try again.") from None
         except WorkerFailed as exc:
             log.warning("search_worker_failed", detail=str(exc)[:300])
             result = searcher.search(query or "", clean, tokens, limit, offset)

@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 
 import tantivy
 
-from .schema import TYPES, status_weight
+from .schema import TYPES, clamp_time, status_weight
 
 #: Characters of ``body`` indexed and stored per entry; longer text is cut (and says so
 #: in :attr:`Entry.truncated`). Biography ``content`` can be 1 MiB; a snippet needs far less.
@@ -82,7 +82,7 @@ class Entry:
             raise ValueError("source: required (it is the entry's identity)")
         if not self.access:
             raise ValueError("access: at least one token is required, or no one could ever find it")
-        self.time = _utc(self.time)
+        self.time = clamp_time(_utc(self.time))
         if len(self.body) > MAX_BODY_CHARS:
             self.body, self.truncated = self.body[:MAX_BODY_CHARS], True
 

@@ -22,10 +22,13 @@ from datetime import UTC, datetime
 
 import tantivy
 
-from .schema import FILTER_FIELDS, QUERY_FIELDS, TYPES
+from .schema import FILTER_FIELDS, QUERY_FIELDS, TIME_MAX, TIME_MIN, TYPES, clamp_time
 
 #: Characters of user query text accepted.
 MAX_QUERY_CHARS = 4096
+#: Levels of nested parentheses accepted: Tantivy's parser recurses per level, and a few
+#: thousand overflow the native stack (the process dies, not the request).
+MAX_NESTING = 64
 MAX_LIMIT = 1000
 MAX_OFFSET = 10_000
 #: Default fields for words without a field, with their boosts.
@@ -44,6 +47,10 @@ def _values(name: str, value: str | Iterable[str] | None) -> list[str]:
     for item in items:
         if not isinstance(item, str) or not item or len(item) > 1024:
             raise QueryError(f"{name}: expected non-empty strings of at most 1024 characters")
+        try:
+            item.encode("utf-8")
+        except UnicodeEncodeError:
+            raise QueryError(f"{name}: not valid UTF-8 (was it percent-encoded from other bytes?)") from None
     return items
 
 
@@ -120,6 +127,9 @@ def filter_clauses(schema: tantivy.Schema, filters: Filters) -> list[tantivy.Que
     since, until = parse_time("since", filters.since), parse_time("until", filters.until)
     if since and until and since >= until:
         raise QueryError("since must be before until")
+    # beyond the index's span: no bound on that side; within it, entries are clamped alike
+    since = clamp_time(since) if since and since > TIME_MIN else None
+    until = clamp_time(until) if until and until <= TIME_MAX else None
     if since or until:
         clauses.append(tantivy.Query.range_query(schema, "time", tantivy.FieldType.Date, since, until,
                                                  include_lower=True, include_upper=until is None))
@@ -233,6 +243,18 @@ def _only_exclusions(ast: object) -> bool:
     return bool(clauses) and all(occur == "must_not" for occur, _ in clauses)
 
 
+def nesting(text: str) -> int:
+    """The deepest level of open parentheses (unbalanced ones count: the parser recurses on them too)."""
+    depth = deepest = 0
+    for ch in text:
+        if ch == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch == ")" and depth:
+            depth -= 1
+    return deepest
+
+
 @dataclass
 class ParsedQuery:
     """The text part of a search: what ranks and what the snippet highlights."""
@@ -249,6 +271,8 @@ def parse_user_text(index: tantivy.Index, text: str | None) -> ParsedQuery:
         raise QueryError("q: expected text")
     if len(text) > MAX_QUERY_CHARS:
         raise QueryError(f"q: {len(text)} characters; at most {MAX_QUERY_CHARS} are accepted")
+    if text.count("(") > MAX_NESTING and (depth := nesting(text)) > MAX_NESTING:
+        raise QueryError(f"q: parentheses nest {depth} levels deep; at most {MAX_NESTING} are accepted")
     tidied = tidy(text).strip()
     if not tidied or tidied == "*":
         return ParsedQuery(tantivy.Query.all_query(), True, [])

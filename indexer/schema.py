@@ -11,6 +11,7 @@ ordering. ``weight`` is a fast float that scales the text score by status (see
 from __future__ import annotations
 
 import os
+from datetime import UTC, datetime
 
 import tantivy
 
@@ -50,6 +51,17 @@ def status_weight(status: str) -> float:
 def unweight(score: float) -> float:
     """A weighted Tantivy score back on the BM25 scale (status factor kept)."""
     return score / _ACTIVE_MULTIPLIER
+
+
+#: The span Tantivy's date field holds (nanoseconds in an int64: 1677-09-21 to 2262-04-11),
+#: with a margin. Entries and ``since``/``until`` outside it are taken at the nearest end.
+TIME_MIN = datetime(1678, 1, 1, tzinfo=UTC)
+TIME_MAX = datetime(2262, 1, 1, tzinfo=UTC)
+
+
+def clamp_time(value: datetime) -> datetime:
+    """``value`` within :data:`TIME_MIN` .. :data:`TIME_MAX` (an event may be dated to 9999)."""
+    return min(max(value, TIME_MIN), TIME_MAX)
 
 
 def build_schema() -> tantivy.Schema:

@@ -75,6 +75,7 @@ def skill_files(name: str, description: str, body: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def gw(tmp_path_factory):
     g = Gateway(tmp_path_factory.mktemp("search") / "data").start()
+    wait_for(lambda: searcher(g).status()["role"] == "writer", "the index open")  # any test may go first
     yield g
     g.stop()
 
@@ -153,6 +154,13 @@ def test_a_deleted_file_disappears(gw, root):
     s3.delete_object(Bucket=bucket, Key="a.md")
     s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "b.txt"}]})
     wait_for(lambda: root.search(w)["count"] == 0, "both files gone")
+    # a quiet bulk delete names no key in its answer; the index still hears of each
+    for key in ("q1.md", "q2.md"):
+        s3.put_object(Bucket=bucket, Key=key, Body=f"quiet {w}\n".encode())
+    wait_for(lambda: root.search(w)["count"] == 2, "the quiet pair")
+    answer = s3.delete_objects(Bucket=bucket, Delete={"Quiet": True, "Objects": [{"Key": "q1.md"}, {"Key": "q2.md"}]})
+    assert not answer.get("Deleted") and not answer.get("Errors")
+    wait_for(lambda: root.search(w)["count"] == 0, "the quiet pair gone")
     # binary content is never indexed
     s3.put_object(Bucket=bucket, Key="c.bin", Body=b"\x00\x01" + w.encode())
     s3.put_object(Bucket=bucket, Key="d.md", Body=f"third {w}\n".encode())
@@ -202,7 +210,8 @@ def test_agent_b_never_sees_agent_a_private_events_or_documents(gw, admin):
     ("a:b:c:d", {}), ("access:root", {}), ("/etc/passwd", {}), ("", {"type": "nosuchtype"}),
     ("x", {"limit": "many"}), ("x", {"limit": "100000"}), ("x", {"offset": "-1"}),
     ("x", {"since": "yesterday-ish"}), ("x", {"since": "2030-01-01", "until": "2020-01-01"}),
-    ("\x00 nul \x7f", {}), ("🦩 +-~^", {}),
+    ("\x00 nul \x7f", {}), ("🦩 +-~^", {}), ("(" * 3500, {}), ("(a " * 65, {}),
+    ("x", {"since": "2300-01-01T00:00:00Z"}), ("x", {"since": "1600-01-01"}), ("x", {"until": "9999-12-31"}),
 ])
 def test_hostile_queries_answer_200_or_a_clear_400(gw, q, extra):
     client = AdminClient(gw.endpoint, gw.access_key, gw.secret_key)
@@ -213,6 +222,33 @@ def test_hostile_queries_answer_200_or_a_clear_400(gw, q, extra):
         assert exc.code in ("InvalidQuery", "InvalidArgument") and len(exc.message) > 10
         return
     assert status == 200, data
+
+
+def test_a_query_nested_thousands_deep_is_refused_and_the_gateway_lives_on(gw, root):
+    """Tantivy's parser recurses once per parenthesis: a few thousand used to kill the search
+    worker, and then the gateway itself when it retried the search in-process."""
+    with pytest.raises(AdminError) as refused:
+        root.search("(" * 3500 + "x")
+    assert refused.value.status == 400 and "nest 3500 levels" in refused.value.message
+    w = word()
+    BioClient(gw.endpoint, gw.access_key, gw.secret_key).put_events(
+        [{"agent": "nesting", "session": "s", "kind": "note", "content": f"still {w}"}])
+    wait_for(lambda: found(root, w), "a search after the refused one")
+    assert found(root, f"(((({w}))))")["count"] == 1
+
+
+def test_an_event_dated_past_the_index_span_does_not_stop_indexing(gw, root):
+    """Events may be dated up to 9999, Tantivy's dates end in 2262: such an entry is indexed at
+    the end of the span, and everything after it in the log is indexed as usual."""
+    w1, w2 = word(), word()
+    bio = BioClient(gw.endpoint, gw.access_key, gw.secret_key)
+    bio.put_events([{"agent": "far", "session": "s", "kind": "note", "content": f"future {w1}",
+                     "ts": "9999-06-01T00:00:00Z"}])
+    bio.put_events([{"agent": "far", "session": "s", "kind": "note", "content": f"now {w1} {w2}"}])
+    result = wait_for(lambda: root.search(w1)["count"] == 2 and root.search(w1), "both events")
+    assert sorted(h["time"][:4] for h in result["hits"])[-1] == "2262"
+    assert root.search(w1, since="2250-01-01")["count"] == 1
+    assert root.search(w2, until="9999-12-31")["count"] == 1
 
 
 # -- restarts, snapshots, followers ----------------------------------------------------------------

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from indexer import QueryError
 
 from ..iam.audit import parse_since
-from ..indexing import IndexNotReady, NotIndexWriter, SearchIndex
+from ..indexing import IndexNotReady, NotIndexWriter, SearchFailed, SearchIndex
 from .rest import ApiError, Call, PerItem, Reply, Router
 
 ARN = "arn:orgmem:search:::"
@@ -81,6 +81,8 @@ class SearchApi:
             raise ApiError("InvalidQuery", str(exc)) from None
         except IndexNotReady as exc:
             raise ApiError("IndexNotReady", str(exc), 503) from None
+        except SearchFailed as exc:
+            raise ApiError("SearchFailed", str(exc), 503) from None
         return Reply(200, result)
 
     def status(self, call: Call) -> Reply:

@@ -15,6 +15,7 @@ import time
 from urllib.parse import unquote
 
 from ..log import DocChanged
+from ..s3.message import Response
 from ..s3.names import RESERVED_BUCKETS
 from .bucket import BUCKET as BIOGRAPHIES
 from .service import Biographies
@@ -22,23 +23,21 @@ from .service import Biographies
 #: S3 operations that change an object, and the verb the event records.
 CHANGES = {"PutObject": "put", "CopyObject": "copy", "CompleteMultipartUpload": "put",
            "DeleteObject": "delete", "DeleteObjects": "delete"}
-_DELETED_KEY = re.compile(rb"<Deleted><Key>([^<]*)</Key>")
 
 
 def record_change(bios: Biographies, principal, op_name: str, bucket: str, key: str | None,
-                  headers: dict[str, str], response_headers: list[tuple[str, str]],
-                  response_body: bytes) -> None:
+                  headers: dict[str, str], response: Response) -> None:
     op = CHANGES.get(op_name)
     if op is None or principal is None or bucket == BIOGRAPHIES:
         return
-    etag = next((v.strip('"') for k, v in response_headers if k == "etag"), None)
+    etag = next((v.strip('"') for k, v in response.headers if k == "etag"), None)
     if not bucket.startswith(".") and bucket not in RESERVED_BUCKETS:
-        _notice_files(bios, principal.name, op_name, bucket, key, etag, response_body)
+        _notice_files(bios, principal.name, op_name, bucket, key, etag, response)
     if principal.kind != "agent":
         return
     if op_name == "DeleteObjects":
-        for raw in _DELETED_KEY.findall(response_body):
-            bios.artifact(principal.name, op, bucket, _xml_text(raw))
+        for deleted in response.changed_keys or ():
+            bios.artifact(principal.name, op, bucket, deleted)
         return
     if key is None:
         return
@@ -47,23 +46,23 @@ def record_change(bios: Biographies, principal, op_name: str, bucket: str, key: 
         declared = headers.get("x-amz-decoded-content-length") or headers.get("content-length")
         size = int(declared) if declared and declared.isdigit() else None
     source = unquote(headers["x-amz-copy-source"]) if op_name == "CopyObject" else None
-    etag = etag or _copy_etag(response_body)
+    etag = etag or _copy_etag(response.body)
     bios.artifact(principal.name, op, bucket, key, size=size, etag=etag, source=source)
 
 
 def _notice_files(bios: Biographies, by: str, op_name: str, bucket: str, key: str | None,
-                  etag: str | None, response_body: bytes) -> None:
+                  etag: str | None, response: Response) -> None:
     """"A workspace file changed" notices for the search index (buffered, like artifacts)."""
     now = time.time()
     if op_name == "DeleteObjects":
-        keys = [_xml_text(raw) for raw in _DELETED_KEY.findall(response_body)]
+        keys = list(response.changed_keys or ())
     elif key is not None:
         keys = [key]
     else:
         return
     op = "delete" if op_name in ("DeleteObject", "DeleteObjects") else "put"
     if op == "put" and op_name == "CopyObject":
-        etag = etag or _copy_etag(response_body)
+        etag = etag or _copy_etag(response.body)
     bios.log.append_nowait([DocChanged("file", f"{bucket}/{k}", op, now, etag=etag if op == "put" else None,
                                        by=by) for k in keys])
 
@@ -71,10 +70,3 @@ def _notice_files(bios: Biographies, by: str, op_name: str, bucket: str, key: st
 def _copy_etag(body: bytes) -> str | None:
     found = re.search(rb"<ETag>(?:&quot;|\")?([^<&\"]*)", body)
     return found.group(1).decode() if found else None
-
-
-def _xml_text(raw: bytes) -> str:
-    text = raw.decode()
-    for entity, char in (("&lt;", "<"), ("&gt;", ">"), ("&quot;", '"'), ("&apos;", "'"), ("&amp;", "&")):
-        text = text.replace(entity, char)
-    return text

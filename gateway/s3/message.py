@@ -60,6 +60,9 @@ class Response:
     length: int | None = None
     #: the S3 error code of an error response, for the audit record
     error: str | None = None
+    #: the keys a multi-object request changed (DeleteObjects: also when Quiet leaves them
+    #: out of the answer), for the artifact events and the search index
+    changed_keys: list[str] | None = None
 
     @classmethod
     def xml(cls, body: bytes, status: int = 200) -> Response:

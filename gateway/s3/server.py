@@ -176,7 +176,7 @@ class S3App:
                                          req.headers.get("x-amz-server-side-encryption", "aws:kms")))
             if op_name in CHANGES and response.status < 300 and self.ctx.biographies is not None:
                 record_change(self.ctx.biographies, req.principal, op_name, req.bucket, req.key,
-                              req.headers, response.headers, response.body)
+                              req.headers, response)
             if response.stream is not None and (response.length or 0) <= SMALL_RESPONSE:
                 try:
                     response.body = _read_all(response.stream)

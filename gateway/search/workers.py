@@ -10,14 +10,17 @@ search runs uncontended, and the gateway thread waits on one pipe read instead.
 A worker opens the index directory read-only (Tantivy allows readers beside the one
 writer) and reloads it when the gateway says it committed since (``generation``). Access
 tokens are computed by the gateway and are part of the request; the gateway re-checks
-every returned hit as before. A worker that dies is replaced on the next search; if a
-search fails in the worker for any other reason, the caller searches in-process.
+every returned hit as before. A worker that dies is replaced on the next search. The
+caller searches in-process only when no worker could be started or the worker reported
+an ordinary error; a search that killed its worker or ran out of time is not tried again
+in the gateway (:class:`SearchCrashed`), where it could take the whole process down.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import queue
+import signal
 import threading
 import time
 from collections.abc import Mapping
@@ -33,7 +36,15 @@ TIMEOUT = 30.0
 
 
 class WorkerFailed(Exception):
-    """The worker could not answer (it died, timed out, or raised); search in-process."""
+    """The worker could not answer (it could not start, or raised); search in-process."""
+
+
+class SearchCrashed(WorkerFailed):
+    """The worker died or timed out on this search: do not run it in the gateway."""
+
+
+class _WorkerGone(WorkerFailed):
+    """The worker had died before this search was sent (killed): another one takes it."""
 
 
 class SearchWorkers:
@@ -49,13 +60,22 @@ class SearchWorkers:
                tokens: list[str], limit: int, offset: int) -> dict:
         """``{hits: [dict], count, warnings, timing}`` from a worker; :class:`QueryError` for input the
         searcher refuses, :class:`WorkerFailed` when the worker could not answer."""
+        request = (directory, generation, query, dict(filters), tokens, limit, offset)
         worker = self._slots.get()
         try:
-            if worker is None:
-                if self._closed:
-                    raise WorkerFailed("the search workers are stopped")
-                worker = _Worker()
-            kind, value = worker.call((directory, generation, query, dict(filters), tokens, limit, offset))
+            for attempt in (1, 2):
+                if worker is None:
+                    if self._closed:
+                        raise WorkerFailed("the search workers are stopped")
+                    worker = _Worker()
+                try:
+                    kind, value = worker.call(request)
+                    break
+                except _WorkerGone:
+                    worker.stop()
+                    worker = None
+                    if attempt == 2:
+                        raise
         except WorkerFailed:
             if worker is not None:
                 worker.stop()
@@ -95,11 +115,24 @@ class _Worker:
         with self._lock:
             try:
                 self._conn.send(request)
+            except (EOFError, OSError) as exc:  # nobody reads the pipe: it died before
+                raise _WorkerGone(f"the search worker was gone ({exc.__class__.__name__})") from None
+            try:
                 if not self._conn.poll(TIMEOUT):
-                    raise WorkerFailed(f"no answer within {TIMEOUT:.0f} s")
+                    raise SearchCrashed(f"no answer within {TIMEOUT:.0f} s")
                 return self._conn.recv()
-            except (EOFError, OSError) as exc:
-                raise WorkerFailed(f"the search worker is gone ({exc.__class__.__name__})") from None
+            except (EOFError, OSError):
+                raise self._why_stopped() from None
+
+    def _why_stopped(self) -> WorkerFailed:
+        """Killed from outside (SIGKILL, SIGTERM: the OOM killer, an operator), perhaps just
+        as the request went out: another worker may take it. Crashed (a native fault): the
+        search itself is the likely cause."""
+        self._process.join(1.0)
+        code = self._process.exitcode
+        if code in (-signal.SIGKILL, -signal.SIGTERM):
+            return _WorkerGone(f"the search worker was killed (signal {-code})")
+        return SearchCrashed(f"the search worker stopped (exit code {code})")
 
     def stop(self) -> None:
         try:
@@ -116,8 +149,6 @@ class _Worker:
 
 def _serve(conn: Any) -> None:
     """Answer search requests until the gateway closes the pipe."""
-    import signal
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the gateway decides when we stop
     opened: dict[str, Any] = {}  # directory, searcher, generation of the one open index
     while True:

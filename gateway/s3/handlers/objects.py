@@ -168,17 +168,26 @@ def delete_objects(ctx: S3Context, req: Request) -> Response:
     if not objects or len(objects) > MAX_DELETE_KEYS:
         raise S3Error("MalformedXML", "A Delete request names between 1 and 1000 objects.")
     ctx.store.head_bucket(req.bucket)
-    results = []
+    keys = []
     for node in objects:
         key = child_text(node, "Key", strip=False)
         if not key:
             raise S3Error("MalformedXML", "Every Object in a Delete request needs a Key.")
-        results.append(_delete_one(ctx, req, key, quiet))
-    return Response.xml(document("DeleteResult", results))
+        keys.append(key)
+    results, deleted = [], []
+    for key in keys:
+        result, ok = _delete_one(ctx, req, key, quiet)
+        results.append(result)
+        if ok:
+            deleted.append(key)
+    response = Response.xml(document("DeleteResult", results))
+    response.changed_keys = deleted
+    return response
 
 
-def _delete_one(ctx: S3Context, req: Request, key: str, quiet: bool) -> str:
-    """Each key needs s3:DeleteObject on itself; a refusal is reported for that key only."""
+def _delete_one(ctx: S3Context, req: Request, key: str, quiet: bool) -> tuple[str, bool]:
+    """Each key needs s3:DeleteObject on itself; a refusal is reported for that key only.
+    The key's XML result, and whether it was deleted."""
     try:
         check_key(key)
         if not req.permits("s3:DeleteObject", arn(req.bucket, key)):
@@ -190,8 +199,8 @@ def _delete_one(ctx: S3Context, req: Request, key: str, quiet: bool) -> str:
         if err is None:
             raise
         return "<Error>" + element("Key", key) + element("Code", err.code) + \
-            element("Message", err.message) + "</Error>"
-    return "" if quiet else "<Deleted>" + element("Key", key) + "</Deleted>"
+            element("Message", err.message) + "</Error>", False
+    return "" if quiet else "<Deleted>" + element("Key", key) + "</Deleted>", True
 
 
 def _has_source_conditions(req: Request) -> bool:
