@@ -468,8 +468,9 @@ class SearchIndex:
     # -- reading ------------------------------------------------------------------------
 
     def search(self, principal: Principal, query: str, filters: Mapping[str, Any] | None = None,
-               limit: int = 10, offset: int = 0) -> dict:
-        """``/v1/search``'s answer: ``{hits, count, took_ms, warnings, index}``.
+               limit: int = 10, offset: int = 0, context: Mapping[str, str] | None = None) -> dict:
+        """``/v1/search``'s answer: ``{hits, count, took_ms, warnings, index}``. ``context``: the
+        request's policy condition keys (``aws:sourceip``...), as the items' own reads see them.
 
         Raises :class:`indexer.QueryError` (a 400) for input refused outright and
         :class:`IndexNotReady` while the index is being opened."""
@@ -477,24 +478,26 @@ class SearchIndex:
         searcher = self._searcher
         if searcher is None:
             raise IndexNotReady("The search index is being opened; try again in a moment.")
-        tokens = sorted(self.tokens.of(principal))
+        context = context or {}
+        access = self.tokens.access(principal, context)
+        tokens = sorted(access.tokens)
         clean = {k: v for k, v in (filters or {}).items() if v not in (None, "", [])}
         try:
             found = self._workers.search(str(self._dir), self._generation, query or "", clean, tokens,
-                                         limit, offset)
+                                         limit, offset, access.exclusions)
         except SearchCrashed as exc:
             log.error("search_worker_crashed", detail=str(exc)[:300])
             raise SearchFailed("The search stopped before it finished and was not retried; "
                                "simplify the query or try again.") from None
         except WorkerFailed as exc:
             log.warning("search_worker_failed", detail=str(exc)[:300])
-            result = searcher.search(query or "", clean, tokens, limit, offset)
+            result = searcher.search(query or "", clean, tokens, limit, offset, access.exclusions)
             found = {"hits": [hit.to_dict() for hit in result.hits], "count": result.count,
                      "warnings": result.warnings}
         t_found = time.perf_counter()
         hits, refused = [], 0
         for row in found["hits"]:
-            if not self.tokens.hit_allowed(principal, row):
+            if not self.tokens.hit_allowed(principal, row, context):
                 refused += 1
                 continue
             row["href"] = href(row)

@@ -73,6 +73,9 @@ class Entry:
     bucket: str = ""
     key: str = ""
     status: str = "active"
+    #: the caller's name for the entry in its access decisions (the gateway: the ARN a read
+    #: of the item is authorized on); searches can exclude entries by patterns over it
+    resource: str = ""
     truncated: bool = False
 
     def __post_init__(self) -> None:
@@ -100,6 +103,8 @@ class Entry:
             doc.add_text("access", token)
         doc.add_text("title", self.title)
         doc.add_text("body", self.body)
+        if self.resource:
+            doc.add_text("resource", self.resource)
         doc.add_date("time", self.time)
         doc.add_float("weight", status_weight(self.status))
         return doc
@@ -145,7 +150,7 @@ def scope_tokens(scope: str) -> list[str]:
 
 def event_entry(agent: str, event_id: str, *, kind: str, content: str,
                 time: datetime | float, session: str = "", title: str | None = None, tags: Sequence[str] = (),
-                access: Sequence[str] | None = None) -> Entry:
+                access: Sequence[str] | None = None, resource: str = "") -> Entry:
     """A biography event. Default access: ``agent:<agent>`` and ``owner:<agent>`` (its own biography)."""
     # the first line, from the text's start only: stripping or splitting a whole tool output
     # (kilobytes) for 120 characters of title cost more than the rest of the entry
@@ -153,30 +158,30 @@ def event_entry(agent: str, event_id: str, *, kind: str, content: str,
     return Entry(type="event", id=event_id, source=event_ref(agent, event_id),
                  title=title if title is not None else (f"{kind}: {first}" if first else kind),
                  body=content, time=time, agent=agent, session=session, kind=kind, tags=list(tags),
-                 access=list(access) if access else [f"agent:{agent}", f"owner:{agent}"])
+                 access=list(access) if access else [f"agent:{agent}", f"owner:{agent}"], resource=resource)
 
 
 def memory_entry(scope: str, doc_id: str, *, kind: str, title: str, body: str, time: datetime | float,
                  status: str = "active", tags: Sequence[str] = (), rationale: str = "",
-                 agent: str = "", access: Sequence[str] | None = None) -> Entry:
+                 agent: str = "", access: Sequence[str] | None = None, resource: str = "") -> Entry:
     """An open-memory document (``agent``: who decided). Default access: its scope."""
     text = f"{body}\n\n{rationale}" if rationale else body
     return Entry(type="memory", id=doc_id, source=memory_ref(scope, doc_id), title=title, body=text,
                  time=time, scope=scope, kind=kind, status=status, tags=list(tags), agent=agent,
-                 access=list(access) if access else scope_tokens(scope))
+                 access=list(access) if access else scope_tokens(scope), resource=resource)
 
 
 def skill_entry(scope: str, name: str, *, description: str, body: str, time: datetime | float,
                 tags: Sequence[str] = (), status: str = "active",
-                access: Sequence[str] | None = None) -> Entry:
+                access: Sequence[str] | None = None, resource: str = "") -> Entry:
     """A skill (``SKILL.md``): title is its name and description, body its instructions."""
     return Entry(type="skill", id=name, source=skill_ref(scope, name), title=f"{name}: {description}",
                  body=body, time=time, scope=scope, kind="skill", tags=list(tags), status=status,
-                 access=list(access) if access else scope_tokens(scope))
+                 access=list(access) if access else scope_tokens(scope), resource=resource)
 
 
 def file_entry(bucket: str, key: str, data: bytes, *, time: datetime | float,
-               content_type: str | None = None, access: Sequence[str] | None = None,
+               content_type: str | None = None, access: Sequence[str] | None = None, resource: str = "",
                agent: str = "", session: str = "", max_bytes: int = MAX_FILE_BYTES) -> Entry | None:
     """A workspace file, or None when it is not indexable (see :func:`skip_reason`).
 
@@ -188,7 +193,7 @@ def file_entry(bucket: str, key: str, data: bytes, *, time: datetime | float,
     text = data.decode("utf-8", errors="replace")
     return Entry(type="file", id=key, source=file_ref(bucket, key), title=key, body=text, time=time,
                  bucket=bucket, key=key, kind=_extension(key) or "file", agent=agent, session=session,
-                 access=list(access) if access else [f"bucket:{bucket}"])
+                 access=list(access) if access else [f"bucket:{bucket}"], resource=resource)
 
 
 # -- which files are indexable -------------------------------------------------------------

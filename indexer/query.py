@@ -136,6 +136,42 @@ def filter_clauses(schema: tantivy.Schema, filters: Filters) -> list[tantivy.Que
     return clauses
 
 
+@dataclass(frozen=True)
+class Exclusion:
+    """Entries of ``type`` the caller may not read, by a pattern over their ``resource``.
+
+    Tokens grant whole scopes; an exclusion takes out what a narrower rule denies inside
+    one (a policy's Deny on ``org/board-*``), so counts and pages stay exact. ``pattern``
+    is a Tantivy regex matched against the whole resource (see :func:`regex_literal`);
+    ``inverted`` excludes the entries that do *not* match it (a Deny with NotResource).
+    """
+
+    type: str
+    pattern: str
+    inverted: bool = False
+
+
+def regex_literal(text: str) -> str:
+    """``text`` as a Tantivy regex that matches exactly it (every non-alphanumeric escaped)."""
+    return "".join(c if c.isascii() and c.isalnum() else f"\\x{{{ord(c):X}}}" for c in text)
+
+
+def exclusion_clauses(schema: tantivy.Schema, exclusions: Iterable[Exclusion]) -> list[tantivy.Query]:
+    """One must-not clause per exclusion: (its type AND its resource pattern, or not it)."""
+    out = []
+    for ex in exclusions:
+        if ex.type not in TYPES:
+            raise QueryError(f"exclusion: type {ex.type!r} is not one of {', '.join(TYPES)}")
+        try:
+            matches = tantivy.Query.regex_query(schema, "resource", ex.pattern)
+        except ValueError as e:
+            raise QueryError(f"exclusion: {ex.pattern[:80]!r} is not a regex Tantivy reads ({e})") from e
+        of_type = tantivy.Query.term_query(schema, "type", ex.type, index_option="basic")
+        occur = tantivy.Occur.MustNot if ex.inverted else tantivy.Occur.Must
+        out.append(tantivy.Query.boolean_query([(tantivy.Occur.Must, of_type), (occur, matches)]))
+    return out
+
+
 def access_clause(schema: tantivy.Schema, tokens: Iterable[str]) -> tantivy.Query:
     """Matches the entries readable with any of ``tokens``; no tokens, no entries."""
     tokens = sorted({t for t in tokens if isinstance(t, str) and t})

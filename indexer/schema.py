@@ -17,7 +17,7 @@ import tantivy
 
 #: Bumped whenever the fields change; snapshots of another version are not restored
 #: (the caller rebuilds from the sources instead).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: The four document types.
 TYPES = ("event", "memory", "skill", "file")
@@ -71,6 +71,8 @@ def build_schema() -> tantivy.Schema:
                                fast=name in ("type", "status"), index_option="basic")
     for name in TEXT_FIELDS:
         builder.add_text_field(name, stored=True, tokenizer_name="en_stem", index_option="position")
+    # the caller's name of the entry in its access decisions, matched by exclusion patterns
+    builder.add_text_field("resource", stored=False, tokenizer_name="raw", index_option="basic")
     builder.add_date_field("time", stored=True, indexed=True, fast=True)
     builder.add_float_field("weight", stored=False, indexed=False, fast=True)
     return builder.build()

@@ -17,7 +17,17 @@ from datetime import datetime
 
 import tantivy
 
-from .query import MAX_LIMIT, MAX_OFFSET, Filters, QueryError, access_clause, filter_clauses, parse_user_text
+from .query import (
+    MAX_LIMIT,
+    MAX_OFFSET,
+    Exclusion,
+    Filters,
+    QueryError,
+    access_clause,
+    exclusion_clauses,
+    filter_clauses,
+    parse_user_text,
+)
 from .schema import open_index, unweight
 
 #: Characters of a snippet.
@@ -96,8 +106,10 @@ class IndexSearcher:
         return self.index.searcher().num_docs
 
     def search(self, query_text: str | None, filters: Filters | Mapping | None = None,
-               tokens: Iterable[str] = (), limit: int = 10, offset: int = 0) -> SearchResult:
-        """Hits readable with any of ``tokens`` that match ``query_text`` and ``filters``.
+               tokens: Iterable[str] = (), limit: int = 10, offset: int = 0,
+               exclusions: Iterable[Exclusion] = ()) -> SearchResult:
+        """Hits readable with any of ``tokens``, and not taken out by ``exclusions``, that match
+        ``query_text`` and ``filters``.
 
         Raises :class:`QueryError` for input refused outright; anything the lenient
         parser passes over is reported in ``warnings``.
@@ -112,6 +124,7 @@ class IndexSearcher:
         parsed = parse_user_text(self.index, query_text)
         clauses = [(tantivy.Occur.Must, access_clause(self.schema, tokens))]
         clauses += [(tantivy.Occur.Must, q) for q in filter_clauses(self.schema, Filters.of(filters))]
+        clauses += [(tantivy.Occur.MustNot, q) for q in exclusion_clauses(self.schema, exclusions)]
         if not parsed.match_all:
             clauses.append((tantivy.Occur.Must, parsed.query))
         query = tantivy.Query.boolean_query(clauses)

@@ -16,6 +16,7 @@ from gateway.search.blobs import StoreBlobs
 from gateway.store.local import LocalStore
 from indexer import (
     MAX_QUERY_CHARS,
+    Exclusion,
     IndexSearcher,
     IndexWriter,
     LocalCopy,
@@ -30,6 +31,7 @@ from indexer import (
     latest,
     memory_entry,
     publish,
+    regex_literal,
     restore,
     restore_latest,
     skill_entry,
@@ -208,6 +210,33 @@ def test_indexability():
     assert is_indexable("a.txt", None, 9000, ("é" * 5000).encode()[:8191])
     assert file_entry("ws", "a.png", b"\x89PNG\x00", time=T0, content_type="image/png") is None
     assert file_entry("ws", "a.md", b"# hi", time=T0).access == ["bucket:ws"]
+
+
+def test_exclusions_take_entries_out_of_hits_and_counts(tmp_path):
+    w = IndexWriter(tmp_path / "x", heap_size=20_000_000, num_threads=1)
+    arn = "arn:orgmem:memory:::org/"
+    for slug in ("board-1", "board-2", "pub.lic", "other"):
+        w.upsert(memory_entry("org", slug, kind="fact", title=slug, body="quarterly plan", time=T0,
+                              resource=arn + slug))
+    w.upsert(event_entry("a", "e1", kind="note", content="quarterly plan", time=T0, resource="arn:orgmem:bio:::a/s"))
+    w.commit()
+    s = IndexSearcher(w.index)
+    tokens = ["org", "agent:a"]
+    assert s.search("plan", None, tokens).count == 5
+    board = Exclusion("memory", regex_literal(arn + "board-") + "(?s:.*)")
+    result = s.search("plan", None, tokens, limit=0, exclusions=[board])
+    assert result.count == 3
+    assert {h.id for h in s.search("plan", None, tokens, exclusions=[board]).hits} == {"pub.lic", "other", "e1"}
+    # a pattern is taken literally ("." is not any character) and only within its type
+    dotted = Exclusion("memory", regex_literal(arn + "pub.lic"))
+    assert s.search("plan", None, tokens, exclusions=[dotted]).count == 4
+    assert s.search("plan", None, tokens, exclusions=[Exclusion("memory", "(?s:.*)")]).count == 1
+    # inverted: everything of the type outside the pattern goes
+    only_board = Exclusion("memory", regex_literal(arn + "board-") + "(?s:.*)", inverted=True)
+    assert {h.id for h in s.search("plan", None, tokens, exclusions=[only_board]).hits} == {"board-1", "board-2", "e1"}
+    with pytest.raises(QueryError):
+        s.search("plan", None, tokens, exclusions=[Exclusion("nosuchtype", ".*")])
+    w.close()
 
 
 # -- snapshots ----------------------------------------------------------------------------

@@ -201,6 +201,34 @@ def test_agent_b_never_sees_agent_a_private_events_or_documents(gw, admin):
     assert b_search.search(w)["count"] == 1
 
 
+def test_a_deny_inside_a_granted_scope_leaves_no_trace_in_hits_or_counts(gw, admin, root):
+    """Tokens grant whole scopes; a Deny within one (by name, or by a condition of this request)
+    becomes part of the query, so neither a page nor a count shows what it denies."""
+    w = word()
+    name = uid("denied")
+    keys = admin.create_agent(name)
+    admin.put_policy(f"{name}-deny", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Action": "memory:GetDocument", "Resource": "arn:orgmem:memory:::org/board-*"},
+        {"Effect": "Deny", "Action": "memory:*", "Resource": "arn:orgmem:memory:::org/fin-*",
+         "Condition": {"Bool": {"aws:SecureTransport": "false"}}},
+        {"Effect": "Deny", "Action": "bio:GetEvents", "Resource": f"arn:orgmem:bio:::{name}/hidden"}]})
+    admin.attach_policy(f"{name}-deny", agent=name)
+    memory = MemoryClient(gw.endpoint, gw.access_key, gw.secret_key)
+    for slug in (f"board-{w}", f"fin-{w}", f"public-{w}"):
+        memory.put("org", slug, {"kind": "fact", "title": f"About {slug}", "body": f"The {w} plan."})
+    BioClient(gw.endpoint, keys["access_key"], keys["secret_key"]).put_events(
+        [{"session": session, "kind": "note", "content": f"{session} {w}"} for session in ("hidden", "open")])
+    wait_for(lambda: root.search(w)["count"] == 5, "every item, for the root")
+    bob = searcher(gw, keys["access_key"], keys["secret_key"])
+    for limit in (0, 1, 10):
+        result = bob.search(w, limit=limit)
+        assert result["count"] == 2, (limit, result)
+        assert len(result["hits"]) == min(limit, 2)
+    ids = {h["id"] for h in bob.search(w, limit=10)["hits"]}
+    assert f"public-{w}" in ids and not ids & {f"board-{w}", f"fin-{w}"}
+    assert bob.search(f"{w} hidden", session="hidden")["count"] == 0
+
+
 # -- hostile input ----------------------------------------------------------------------------------
 
 

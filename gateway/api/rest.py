@@ -61,6 +61,8 @@ class Call:
     headers: dict[str, str] = field(default_factory=dict)
     #: the version the call read or wrote, for its audit record (vault secrets)
     version: int | None = None
+    #: the request's policy condition keys (``aws:sourceip``, ``aws:securetransport``)
+    context: dict[str, str] = field(default_factory=dict)
 
     def json(self) -> Any:
         if not self.body.strip():
@@ -237,11 +239,11 @@ class RestApp:
         route, params = self.router.match(scope["method"], scope["path"])
         outcome.operation, outcome.action, outcome.durable = route.operation, route.action, route.durable
         outcome.audit_or_fail = route.audit_or_fail
-        call = Call(auth.principal, params, dict(pairs), body, outcome.client_ip, outcome.request_id,
-                    headers=outcome.headers)
-        outcome.resource = route.resource(call)
         context = {"aws:sourceip": outcome.client_ip,
                    "aws:securetransport": "true" if scope.get("scheme") == "https" else "false"}
+        call = Call(auth.principal, params, dict(pairs), body, outcome.client_ip, outcome.request_id,
+                    headers=outcome.headers, context=context)
+        outcome.resource = route.resource(call)
         call.permits = lambda action, resource: self._permits(outcome, auth.principal, action, resource,
                                                               context)
         if route.action is None:

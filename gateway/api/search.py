@@ -61,7 +61,7 @@ class SearchApi:
         self.index = index
 
     def search(self, call: Call) -> Reply:
-        if not self.index.tokens.types(call.principal):
+        if not self.index.tokens.types(call.principal, call.context):
             raise ApiError("AccessDenied", f"User: {call.principal.name} is not authorized to perform: "
                            f"search:Query on any of {ARN}event, memory, skill or file.", 403)
         q = call.query
@@ -76,7 +76,7 @@ class SearchApi:
         try:
             result = self.index.search(call.principal, q.get("q", ""), filters,
                                        _int(q.get("limit"), "limit", DEFAULT_LIMIT),
-                                       _int(q.get("offset"), "offset", 0))
+                                       _int(q.get("offset"), "offset", 0), call.context)
         except QueryError as exc:
             raise ApiError("InvalidQuery", str(exc)) from None
         except IndexNotReady as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from .identities import IdentityStore
-from .policy import Decision
+from .policy import Decision, Glob
 from .principals import Principal
 
 ROOT_DECISION = Decision(allowed=True, decision="allow", statement=None, matched=[],
@@ -43,6 +43,12 @@ class Authorizer:
 
     def allows(self, principal: Principal, action: str, resource: str, context: Context) -> bool:
         return self.decide(principal, action, resource, context).allowed
+
+    def denials(self, principal: Principal, action: str, context: Context) -> list[tuple[Glob, bool]]:
+        """The explicit Denies of ``action`` that apply in ``context`` (see ``PolicySet.denials``)."""
+        if principal.is_root:
+            return []
+        return self.identities.policy_set(principal).denials(action, context)
 
 
 def reason(decision: Decision, items_denied: int = 0) -> str:

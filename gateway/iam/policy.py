@@ -88,6 +88,11 @@ OPERATORS: dict[str, _Op] = {
 # Documents
 
 
+#: A resource pattern as units: ``None`` is ``*`` (any run), ``""`` is ``?`` (one character),
+#: any other string is literal text.
+Glob = tuple[str | None, ...]
+
+
 @dataclass(frozen=True)
 class Template:
     """A policy string split into text (where ``*``/``?`` may be wildcards), literal characters and variables.
@@ -129,6 +134,17 @@ class Template:
     def regex_sources(self, username: str, teams: Sequence[str]) -> list[str]:
         """Regex sources (for fullmatch) with ``*``/``?`` as wildcards and substituted values literal."""
         return [glob_source(self._glob_units(username, team)) for team in self._teams(teams)]
+
+    def globs(self, username: str, teams: Sequence[str]) -> list[Glob]:
+        """The patterns this template stands for, as :data:`Glob` units (for other matchers)."""
+        return [tuple(self._plain_units(username, team)) for team in self._teams(teams)]
+
+    def _plain_units(self, username: str, team: str | None) -> Iterable[str | None]:
+        for kind, value in self.parts:
+            if kind == "text":
+                yield from (None if c == "*" else "" if c == "?" else c for c in value)
+            else:
+                yield self._value(kind, value, username, team)
 
 
 @dataclass(frozen=True)
@@ -591,7 +607,8 @@ def _ip(value: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 class _Compiled:
     """A statement ready for evaluation: one action regex, one resource regex, compiled conditions."""
 
-    __slots__ = ("ref", "deny", "action", "not_action", "resource", "not_resource", "tests", "explanation")
+    __slots__ = ("ref", "deny", "action", "not_action", "resource", "not_resource", "tests", "explanation",
+                 "globs")
 
     def __init__(self, ref: StatementRef, st: Statement, username: str, teams: Sequence[str]) -> None:
         self.ref = ref
@@ -601,6 +618,7 @@ class _Compiled:
         self.resource = _alternation(
             s for t in st.resource_templates for s in t.regex_sources(username, teams))
         self.not_resource = st.not_resource
+        self.globs = tuple(g for t in st.resource_templates for g in t.globs(username, teams))
         self.tests = tuple(_Test(c, username, teams) for c in st.conditions)
         verb = "Denied explicitly by" if self.deny else "Allowed by"
         self.explanation = f"{verb} {ref.describe()}."
@@ -657,6 +675,19 @@ class PolicySet:
             return Decision(True, "allow", matched[0].ref, refs, matched[0].explanation)
         return Decision(False, "implicit-deny", None, refs, self._implicit(action, resource))
 
+    def denials(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
+                ) -> list[tuple[Glob, bool]]:
+        """What an explicit Deny takes from ``action`` in this request's ``context``, whatever the
+        resource: ``(pattern, not_resource)`` per resource pattern of each Deny statement that
+        covers the action and whose conditions hold. A search turns them into exclusions, so a
+        Deny inside a granted scope leaves no trace in counts."""
+        context = context or {}
+        out: list[tuple[Glob, bool]] = []
+        for st in self._by_action.get(action) or self._candidates(action):
+            if st.deny and (not st.tests or all(t.holds(self._values(t.key, context)) for t in st.tests)):
+                out.extend((glob, st.not_resource) for glob in st.globs)
+        return out
+
     def _candidates(self, action: str) -> tuple[_Compiled, ...]:
         """Statements whose Action/NotAction covers ``action``; cached, so only known actions are accepted."""
         if not is_known_action(action):
@@ -696,6 +727,10 @@ class SessionPolicySet:
         self.identity = identity
         self.session = session
         self.label = label
+
+    def denials(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
+                ) -> list[tuple[Glob, bool]]:
+        return self.identity.denials(action, context) + self.session.denials(action, context)
 
     def evaluate(self, action: str, resource: str,
                  context: Mapping[str, str | Sequence[str]] | None = None) -> Decision:

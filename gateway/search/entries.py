@@ -31,7 +31,15 @@ from ..memory.service import CURRENT, Memory, split_current_key
 from ..memory.skill_format import SKILL_FILE, parse_front_matter
 from ..memory.skills import SkillError, SkillNotFound, Skills, scope_of_path
 from ..store.base import NoSuchBucket, NoSuchKey, ObjectStore
-from .tokens import ROOT_TOKEN, event_token, file_token, is_workspace_bucket, memory_token, skill_token
+from .tokens import (
+    ROOT_TOKEN,
+    event_token,
+    file_token,
+    is_workspace_bucket,
+    memory_token,
+    resource_of,
+    skill_token,
+)
 
 Change = tuple[str, "Entry | str"]
 
@@ -105,7 +113,8 @@ class Sources:
         return skill_entry(scope, manifest["name"], description=manifest.get("description", ""), body=body,
                            time=_iso_time(manifest.get("created_at")),
                            tags=_skill_tags(front),
-                           access=[skill_token(scope), ROOT_TOKEN])
+                           access=[skill_token(scope), ROOT_TOKEN],
+                           resource=resource_of("skill", scope=scope, name=manifest["name"]))
 
     # -- workspace files -------------------------------------------------------------------
 
@@ -126,7 +135,7 @@ class Sources:
             return ("delete", ref)
         entry = file_entry(bucket, key, b"".join(chunks), time=info.last_modified,
                            content_type=info.meta.content_type, agent=by,
-                           access=[file_token(bucket), ROOT_TOKEN])
+                           access=[file_token(bucket), ROOT_TOKEN], resource=resource_of("file", source=ref))
         return ("upsert", entry) if entry is not None else ("delete", ref)
 
     # -- everything, for a rebuild ---------------------------------------------------------
@@ -181,7 +190,8 @@ def event_of(event: dict) -> Entry:
     return event_entry(event["agent"], event["event_id"], kind=event.get("kind", ""), content=body,
                        time=event["ts"] / 1_000_000, session=event.get("session") or "", title=title,
                        tags=[t for t in event.get("tags") or [] if isinstance(t, str)],
-                       access=[event_token(event["agent"]), ROOT_TOKEN])
+                       access=[event_token(event["agent"]), ROOT_TOKEN],
+                       resource=resource_of("event", agent=event["agent"], session=event.get("session", "")))
 
 
 def memory_of(scope: str, doc: dict) -> Entry:
@@ -193,7 +203,8 @@ def memory_of(scope: str, doc: dict) -> Entry:
                         body=doc.get("body", ""), time=when, status=doc.get("status", "active"),
                         tags=doc.get("tags") or [], rationale=doc.get("rationale") or "",
                         agent=doc.get("decided_by") or doc.get("updated_by") or "",
-                        access=[memory_token(scope), ROOT_TOKEN])
+                        access=[memory_token(scope), ROOT_TOKEN],
+                        resource=resource_of("memory", scope=scope, name=doc["id"]))
 
 
 def _iso_time(text: str | None) -> float | None:

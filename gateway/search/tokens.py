@@ -14,17 +14,27 @@ file       ``bucket:<b>``                               ``s3:GetObject`` on ``ar
 
 and every entry also carries :data:`ROOT_TOKEN`, which only the root holds (it is never
 subject to policies, and its biography reads cover agents that no longer exist). A type is
-searchable at all only with ``search:Query`` on ``arn:orgmem:search:::<type>``. Each hit is
-checked again against its exact resource before it is returned (:func:`hit_allowed`).
+searchable at all only with ``search:Query`` on ``arn:orgmem:search:::<type>``.
+
+A token grants a whole scope; an explicit Deny inside one (``memory:GetDocument`` on
+``org/board-*``) becomes an :class:`indexer.Exclusion` over the entries' resources (the ARN
+a read of the item is authorized on, :func:`resource_of`), so what it denies is neither
+returned nor counted. Policies are evaluated with the request's condition context
+(``aws:SourceIp``, ``aws:SecureTransport``), as the item's own read would be. Each hit is
+still checked again against its exact resource before it is returned (:func:`hit_allowed`).
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from dataclasses import dataclass
 
-from ..iam.authz import Authorizer
+from indexer import Exclusion, regex_literal
+
+from ..iam.authz import Authorizer, Context
 from ..iam.identities import IdentityStore
+from ..iam.policy import Glob
 from ..iam.principals import Principal
 from ..s3.names import RESERVED_BUCKETS
 from ..store.base import ObjectStore
@@ -34,6 +44,18 @@ ROOT_TOKEN = "root"
 TTL = 1.5
 SEARCH_ARN = "arn:orgmem:search:::"
 TYPES = ("event", "memory", "skill", "file")
+#: The action a read of each type's items is authorized on.
+READ_ACTIONS = {"event": "bio:GetEvents", "memory": "memory:GetDocument", "skill": "skills:GetSkill",
+                "file": "s3:GetObject"}
+_NO_CONTEXT: Context = {}
+
+
+@dataclass(frozen=True)
+class Access:
+    """What a caller's search may see: entries with one of ``tokens``, minus ``exclusions``."""
+
+    tokens: frozenset[str]
+    exclusions: tuple[Exclusion, ...] = ()
 
 
 def event_token(agent: str) -> str:
@@ -56,6 +78,27 @@ def file_token(bucket: str) -> str:
 def _arn_part(scope: str) -> str:
     """``team:x`` -> ``team/x`` (the ARN form of a scope)."""
     return scope.replace(":", "/", 1)
+
+
+def resource_of(kind: str, *, agent: str = "", session: str = "", scope: str = "", name: str = "",
+                source: str = "") -> str:
+    """The ARN a read of an item is authorized on ("" when the item cannot be named)."""
+    if kind == "event":
+        return f"arn:orgmem:bio:::{agent}/{session or '*'}"
+    if kind in ("memory", "skill"):
+        if not scope or not name:
+            return ""
+        service = "memory" if kind == "memory" else "skills"
+        return f"arn:orgmem:{service}:::{_arn_part(scope)}/{name}"
+    if kind == "file" and source.startswith("s3://"):
+        return "arn:aws:s3:::" + source[len("s3://"):]
+    return ""
+
+
+def glob_regex(glob: Glob) -> str:
+    """A policy's resource pattern as a Tantivy regex over whole resources."""
+    return "".join("(?s:.*)" if unit is None else "(?s:.)" if unit == "" else regex_literal(unit)
+                   for unit in glob)
 
 
 def is_workspace_bucket(name: str) -> bool:
@@ -81,71 +124,78 @@ class AccessTokens:
             self._buckets = (time.monotonic(), names)
         return names
 
-    def types(self, principal: Principal) -> list[str]:
+    def types(self, principal: Principal, context: Context = _NO_CONTEXT) -> list[str]:
         """The entry types the caller may search at all."""
         if principal.is_root:
             return list(TYPES)
-        return [t for t in TYPES if self.authorizer.allows(principal, "search:Query", SEARCH_ARN + t, {})]
+        allows = self.authorizer.allows
+        return [t for t in TYPES if allows(principal, "search:Query", SEARCH_ARN + t, context)]
 
-    def of(self, principal: Principal) -> frozenset[str]:
-        """The tokens ``principal`` holds (cached briefly, per identities generation)."""
+    def of(self, principal: Principal, context: Context = _NO_CONTEXT) -> frozenset[str]:
+        """The tokens ``principal`` holds."""
+        return self.access(principal, context).tokens
+
+    def access(self, principal: Principal, context: Context = _NO_CONTEXT) -> Access:
+        """What ``principal`` may see in this request's ``context`` (cached briefly, per
+        identities generation and context)."""
         if principal.is_root:
-            return frozenset({ROOT_TOKEN})
+            return Access(frozenset({ROOT_TOKEN}))
         # sandbox credentials with a session policy hold fewer tokens than their agent
         key = (principal.name, principal.teams, principal.disabled, principal.session_policy,
-               self.identities.generation)
+               self.identities.generation, _frozen(context))
         with self._lock:
             found = self._cache.get(key)
         if found is not None and time.monotonic() - found[0] < self.ttl:
             return found[1]
-        tokens = frozenset(self._compute(principal))
+        access = self._compute(principal, context)
         with self._lock:
             if len(self._cache) > 4096:
                 self._cache.clear()
-            self._cache[key] = (time.monotonic(), tokens)
-        return tokens
+            self._cache[key] = (time.monotonic(), access)
+        return access
 
-    def _compute(self, principal: Principal) -> set[str]:
+    def _compute(self, principal: Principal, context: Context) -> Access:
         if principal.disabled:
-            return set()
-        allows = self.authorizer.allows
-        types = set(self.types(principal))
+            return Access(frozenset())
+        types = self.types(principal, context)
+        denials = self.authorizer.denials
+        exclusions = tuple(Exclusion(t, glob_regex(glob), not_resource) for t in types
+                           for glob, not_resource in denials(principal, READ_ACTIONS[t], context))
+        return Access(frozenset(self._tokens(principal, set(types), context)), exclusions)
+
+    def _tokens(self, principal: Principal, types: set[str], context: Context) -> set[str]:
+        def allows(kind: str, resource: str) -> bool:
+            return self.authorizer.allows(principal, READ_ACTIONS[kind], resource, context)
+
         agents = [a["name"] for a in self.identities.list_agents()]
         teams = [t["name"] for t in self.identities.list_teams()]
         scopes = ["org", *(f"team:{t}" for t in teams), *(f"agent:{a}" for a in agents)]
         out: set[str] = set()
         if "event" in types:
-            out.update(event_token(a) for a in agents
-                       if allows(principal, "bio:GetEvents", f"arn:orgmem:bio:::{a}/*", {}))
+            out.update(event_token(a) for a in agents if allows("event", f"arn:orgmem:bio:::{a}/*"))
         if "memory" in types:
-            out.update(memory_token(s) for s in scopes if allows(
-                principal, "memory:GetDocument", f"arn:orgmem:memory:::{_arn_part(s)}/*", {}))
+            out.update(memory_token(s) for s in scopes
+                       if allows("memory", f"arn:orgmem:memory:::{_arn_part(s)}/*"))
         if "skill" in types:
             out.update(skill_token(s) for s in scopes
-                       if allows(principal, "skills:GetSkill", f"arn:orgmem:skills:::{_arn_part(s)}/*", {}))
+                       if allows("skill", f"arn:orgmem:skills:::{_arn_part(s)}/*"))
         if "file" in types:
-            out.update(file_token(b) for b in self.buckets()
-                       if allows(principal, "s3:GetObject", f"arn:aws:s3:::{b}/*", {}))
+            out.update(file_token(b) for b in self.buckets() if allows("file", f"arn:aws:s3:::{b}/*"))
         return out
 
-    def hit_allowed(self, principal: Principal, hit: dict) -> bool:
+    def hit_allowed(self, principal: Principal, hit: dict, context: Context = _NO_CONTEXT) -> bool:
         """Ask the authorizer again about one hit's exact resource."""
         if principal.is_root:
             return True
-        kind, source = hit.get("type"), hit.get("source", "")
-        if kind == "event":
-            resource = f"arn:orgmem:bio:::{hit.get('agent', '')}/{hit.get('session') or '*'}"
-            action = "bio:GetEvents"
-        elif kind in ("memory", "skill"):
-            scope, name = hit.get("scope", ""), hit.get("id", "")
-            if not scope or not name:
-                return False
-            action = "memory:GetDocument" if kind == "memory" else "skills:GetSkill"
-            service = "memory" if kind == "memory" else "skills"
-            resource = f"arn:orgmem:{service}:::{_arn_part(scope)}/{name}"
-        elif kind == "file" and source.startswith("s3://"):
-            action, resource = "s3:GetObject", "arn:aws:s3:::" + source[len("s3://"):]
-        else:
+        kind = hit.get("type")
+        resource = resource_of(str(kind), agent=hit.get("agent", ""), session=hit.get("session", ""),
+                               scope=hit.get("scope", ""), name=hit.get("id", ""),
+                               source=hit.get("source", ""))
+        if not resource:
             return False
-        return (self.authorizer.allows(principal, "search:Query", SEARCH_ARN + kind, {})
-                and self.authorizer.allows(principal, action, resource, {}))
+        return (self.authorizer.allows(principal, "search:Query", SEARCH_ARN + kind, context)
+                and self.authorizer.allows(principal, READ_ACTIONS[kind], resource, context))
+
+
+def _frozen(context: Context) -> tuple:
+    return tuple(sorted((k, v if isinstance(v, str) else tuple(v)) for k, v in context.items()))

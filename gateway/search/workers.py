@@ -23,10 +23,10 @@ import queue
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from indexer import IndexSearcher, QueryError
+from indexer import Exclusion, IndexSearcher, QueryError
 
 #: Worker processes (at most this many searches run at once; more wait for a free one).
 PROCESSES = 2
@@ -57,10 +57,10 @@ class SearchWorkers:
         self._closed = False
 
     def search(self, directory: str, generation: int, query: str, filters: Mapping[str, Any],
-               tokens: list[str], limit: int, offset: int) -> dict:
+               tokens: list[str], limit: int, offset: int, exclusions: Sequence[Exclusion] = ()) -> dict:
         """``{hits: [dict], count, warnings, timing}`` from a worker; :class:`QueryError` for input the
         searcher refuses, :class:`WorkerFailed` when the worker could not answer."""
-        request = (directory, generation, query, dict(filters), tokens, limit, offset)
+        request = (directory, generation, query, dict(filters), tokens, limit, offset, tuple(exclusions))
         worker = self._slots.get()
         try:
             for attempt in (1, 2):
@@ -169,11 +169,11 @@ def _serve(conn: Any) -> None:
 
 
 def _search(opened: dict[str, Any], directory: str, generation: int, query: str, filters: dict,
-            tokens: list[str], limit: int, offset: int) -> dict:
+            tokens: list[str], limit: int, offset: int, exclusions: tuple[Exclusion, ...]) -> dict:
     t0 = time.perf_counter()
     searcher = _searcher(opened, directory, generation)
     t1 = time.perf_counter()
-    result = searcher.search(query, filters, tokens, limit, offset)
+    result = searcher.search(query, filters, tokens, limit, offset, exclusions)
     t2 = time.perf_counter()
     return {"hits": [hit.to_dict() for hit in result.hits], "count": result.count,
             "warnings": result.warnings,
