@@ -103,6 +103,10 @@ class SearchFailed(Exception):
     """A search killed its worker process or ran out of time (HTTP 503)."""
 
 
+class _LeaseLost(Exception):
+    """The index lease went to another gateway while this one was writing."""
+
+
 class NotIndexWriter(Exception):
     """This gateway does not hold the index lease (another one writes the index)."""
 
@@ -179,15 +183,14 @@ class SearchIndex:
                 else:
                     self._follow()
                 return False
-            if now - self._last_renew >= RENEW_INTERVAL:
-                if not self.lease.acquire():
-                    log.warning("index_lease_lost")
-                    self._step_down()
-                    return False
-                self._last_renew = now
+            if not self._keep_lease():
+                self._step_down()
+                return False
             if self._rebuild_requested:
                 self._rebuild_requested = False
                 self._rebuild()
+                if self._writer is None:  # the lease went elsewhere meanwhile
+                    return False
             if self._consume():
                 self._commit()
             every = PUBLISH_INTERVAL * (CATCHUP_PUBLISH_FACTOR if self._far_behind else 1)
@@ -196,6 +199,17 @@ class SearchIndex:
             return self._backlog
         finally:
             self._step_lock.release()
+
+    def _keep_lease(self) -> bool:
+        """Renew the lease when due; False when another gateway holds it now."""
+        now = time.monotonic()
+        if now - self._last_renew < RENEW_INTERVAL:
+            return True
+        if not self.lease.acquire():
+            log.warning("index_lease_lost")
+            return False
+        self._last_renew = now
+        return True
 
     def _new_dir(self) -> Path:
         return workdirs.new()
@@ -221,6 +235,8 @@ class SearchIndex:
         writer = IndexWriter(directory, heap_size=WRITER_HEAP, num_threads=2)
         self._swap(directory, IndexSearcher(writer.index), writer, restored and restored.manifest)
         self._checkpoint = self.log.checkpoints.load(CONSUMER)
+        if restored is not None and self._lost_since(restored):
+            restored = None  # the log no longer holds what lies between: rebuild instead
         if restored is not None:
             self.positions = {w: int(s) for w, s in (restored.checkpoint.get("positions") or {}).items()}
             self._published = dict(self.positions)
@@ -234,6 +250,21 @@ class SearchIndex:
             except Exception:
                 self._step_down()  # the next step takes over (and rebuilds) again
                 raise
+
+    def _lost_since(self, restored: Restored) -> bool:
+        """Whether log objects past the restored snapshot were collected (an older snapshot was
+        restored because the newest could not be): catching up from it would miss them."""
+        have = {w: int(s) for w, s in (restored.checkpoint.get("positions") or {}).items()}
+        for writer, collected_to in (self._checkpoint.positions if self._checkpoint else {}).items():
+            start = have.get(writer, 0)
+            if collected_to <= start:
+                continue
+            following = next(iter(self.log.reader.sequences(writer, start)), None)
+            if following != start + 1:
+                log.error("index_snapshot_behind_log", writer=writer, snapshot=start, next=following,
+                          collected_to=collected_to)
+                return True
+        return False
 
     def _step_down(self) -> None:
         """Another gateway writes now: keep serving what we have until its snapshot comes."""
@@ -372,7 +403,7 @@ class SearchIndex:
         if self._writer.pending:
             self._commit()
         try:
-            manifest = publish(self.blobs, PREFIX, self._dir, {"positions": positions})
+            manifest = publish(self.blobs, PREFIX, self._dir, {"positions": positions}, local=self._local)
         except SnapshotConflict:
             log.warning("index_publish_conflict")
             self._step_down()
@@ -433,9 +464,17 @@ class SearchIndex:
                         self._writer.upsert(batch)
                         counts[phase] += len(batch)
                         batch = []
+                        if not self._keep_lease():  # a long rebuild must not outlive the lease
+                            raise _LeaseLost("another gateway took the index lease during the rebuild")
                 if batch:
                     self._writer.upsert(batch)
                     counts[phase] += len(batch)
+        except _LeaseLost as exc:
+            self._writer.rollback()
+            self.progress = {"state": "failed", "error": str(exc), "counts": counts, "started": started,
+                             "finished": time.time()}
+            self._step_down()
+            return
         except Exception as exc:
             self._writer.rollback()
             self.progress = {"state": "failed", "error": f"{exc.__class__.__name__}: {str(exc)[:200]}",

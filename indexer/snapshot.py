@@ -229,14 +229,26 @@ def _upload(store: BlobStore, prefix: str, name: str, path: Path) -> dict:
     return entry
 
 
+def _holds(path: Path, sha256: str, local: LocalCopy | None) -> bool:
+    """Whether the file at ``path`` has the hash ``sha256`` (by ``local``'s record, or hashed)."""
+    if local is not None and local.directory == path.parent and path.name in local.sha256:
+        return local.sha256[path.name] == sha256
+    with open(path, "rb") as fh:
+        return _Hashing(fh).drain().sha256 == sha256
+
+
 def publish(store: BlobStore, prefix: str, index_dir: str | os.PathLike, checkpoint: dict[str, Any],
-            attempts: int = 5) -> dict:
+            attempts: int = 5, local: LocalCopy | None = None) -> dict:
     """Publish the last commit of the index in ``index_dir`` as the next snapshot; returns its manifest.
 
-    Call it from the writing process between commits. Files unchanged since the
-    latest snapshot (same name and size) are not uploaded again. ``checkpoint`` is
-    what the caller needs to resume (e.g. the log position this commit covers).
-    Raises :class:`SnapshotConflict` when another publisher took the next number.
+    Call it from the writing process between commits. ``checkpoint`` is what the caller
+    needs to resume (e.g. the log position this commit covers). A file the latest
+    snapshot already holds is not uploaded again: known to be the same bytes when
+    ``local`` (this directory as last restored or published) records the snapshot's
+    hash for it, else when hashing it gives that hash. (Name and size alone are not
+    enough: two writers that diverged from one snapshot write delete files of the same
+    name and size with other contents.) Raises :class:`SnapshotConflict` when another
+    publisher took the next number.
     """
     index_dir = Path(index_dir)
     previous = latest(store, prefix)
@@ -253,7 +265,7 @@ def publish(store: BlobStore, prefix: str, index_dir: str | os.PathLike, checkpo
             for name in _segment_files(index_dir, meta):
                 size = (index_dir / name).stat().st_size
                 reuse = known.get((name, size))
-                if reuse is not None:
+                if reuse is not None and _holds(index_dir / name, reuse["sha256"], local):
                     entries.append(dict(reuse))
                     continue
                 entries.append(_upload(store, prefix, name, index_dir / name))

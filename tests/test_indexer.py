@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import shutil
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -406,6 +407,28 @@ def test_publish_keeps_a_diverged_writers_file_under_its_hash(index, blobs, tmp_
     assert blobs.get(entry["key"]) == b"another writer's bytes"
     assert restore_latest(blobs, "index", tmp_path / "r").checkpoint == {"n": 2}
     assert results(IndexSearcher(tmp_path / "r")) == results(IndexSearcher(index.index))
+
+
+def test_publish_reuses_a_same_named_file_only_when_its_bytes_match(index, blobs, tmp_path):
+    """Two writers diverged from one snapshot can write a delete file of the same name and size
+    with other contents: name and size are not proof, the hash is."""
+    first = publish(blobs, "index", index.path, {"n": 1})
+    entry = first["files"][0]
+    path = Path(index.path) / entry["name"]
+    original = path.read_bytes()
+    changed = bytearray(original)
+    changed[0] ^= 0xFF  # same name, same size, other bytes
+    path.write_bytes(bytes(changed))
+    try:
+        second = publish(blobs, "index", index.path, {"n": 2})
+        moved = next(f for f in second["files"] if f["name"] == entry["name"])
+        assert moved["sha256"] != entry["sha256"] and moved["key"] != entry["key"]
+        assert blobs.get(moved["key"]) == bytes(changed) and blobs.get(entry["key"]) == original
+        # with the copy's own record of what it holds, no hashing is needed and the record decides
+        third = publish(blobs, "index", index.path, {"n": 3}, local=LocalCopy.of(index.path, second))
+        assert next(f for f in third["files"] if f["name"] == entry["name"])["key"] == moved["key"]
+    finally:
+        path.write_bytes(original)
 
 
 def test_collect_keeps_last_n(index, blobs, tmp_path):

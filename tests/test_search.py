@@ -5,6 +5,7 @@ and the ``orgmem search`` / ``orgmem index`` commands."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import subprocess
 import threading
@@ -355,6 +356,54 @@ def test_a_fresh_gateway_restores_the_snapshot_and_catches_up(tmp_path):
         assert status["stats"]["restores"] >= 1 and status["stats"]["rebuilds"] == 0
         assert status["role"] == "writer" and status["snapshot"]["seq"] >= 2
         assert client.search("*", agent="keeper")["count"] == 2
+    finally:
+        gw.stop()
+
+
+def test_an_older_snapshot_behind_the_collected_log_is_rebuilt_not_restored(tmp_path):
+    """When the newest snapshot cannot be restored, the one before may not cover log objects
+    that were collected since: catching up from it would silently miss them, so the gateway
+    rebuilds from the sources instead."""
+    from gateway.config import Config as GatewayConfig
+    from gateway.sealing import seal
+    from gateway.search.blobs import StoreBlobs
+    from gateway.store.local import LocalStore
+    from indexer.snapshot import _manifest_keys
+
+    data = tmp_path / "data"
+    gw = Gateway(data)
+    w1, w2 = word(), word()
+    for w in (w1, w2):  # each stop publishes a snapshot: S1 covers w1, S2 covers w2
+        gw.start()
+        try:
+            BioClient(gw.endpoint, gw.access_key, gw.secret_key).put_events(
+                [{"agent": "behind", "session": "s", "kind": "note", "content": f"word {w}"}])
+            wait_for(lambda w=w: found(searcher(gw), w), "the event")
+        finally:
+            gw.stop()
+    # a replica that never writes the index compacts: the log is collected up to S2
+    reader = Gateway(data, env={"ORGMEM_INDEX_WRITER": "false"}).start()
+    try:
+        status, _, _ = AdminClient(reader.endpoint, reader.access_key, reader.secret_key)._request(
+            "POST", "/v1/bio/compact")
+        assert status == 200
+    finally:
+        reader.stop()
+    store = seal(LocalStore(data / "store"), GatewayConfig(data=str(data)))
+    try:  # S2 loses a file only it names: it cannot be restored, S1 can
+        blobs = StoreBlobs(store)
+        (_, older), (_, newest) = _manifest_keys(blobs, "index")[-2:]
+        named = {f["key"] for f in json.loads(blobs.get(older))["files"]}
+        only_newest = [f["key"] for f in json.loads(blobs.get(newest))["files"] if f["key"] not in named]
+        blobs.delete(only_newest[0])
+    finally:
+        store.close()
+    gw.start()
+    try:
+        client = searcher(gw)
+        wait_for(lambda: found(client, w2), "the event only the broken snapshot covered")
+        assert found(client, w1)["count"] == 1
+        assert client.status()["stats"]["rebuilds"] == 1
     finally:
         gw.stop()
 
