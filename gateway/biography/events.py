@@ -383,21 +383,31 @@ def new_event_id(now_us: int) -> str:
     monotonic mode), so a batch's ids follow the batch. Nothing relies on ids
     across processes or a clock that steps back: ordering uses ``ts`` first.
     """
-    global _last_ms, _last_rand, _last_head
+    return new_event_ids(now_us, 1)[0]
+
+
+def new_event_ids(now_us: int, count: int) -> list[str]:
+    """``count`` fresh ids (see :func:`new_event_id`), increasing, under one lock: a batch
+    takes it once rather than once per event, which many request threads contend for."""
     ms = (max(now_us, 0) // 1000) & 0xFFFF_FFFF_FFFF
     with _id_lock:
-        if ms == _last_ms and _last_rand & 1023 != 1023:
-            # the common case in a batch: only the last two characters change
-            rand = _last_rand = _last_rand + 1
-            head = _last_head
+        return [_next_id(ms) for _ in range(count)]
+
+
+def _next_id(ms: int) -> str:
+    global _last_ms, _last_rand, _last_head
+    if ms == _last_ms and _last_rand & 1023 != 1023:
+        # the common case in a batch: only the last two characters change
+        rand = _last_rand = _last_rand + 1
+        head = _last_head
+    else:
+        if ms == _last_ms and _last_rand + 1 < 1 << 80:
+            rand = _last_rand + 1
         else:
-            if ms == _last_ms and _last_rand + 1 < 1 << 80:
-                rand = _last_rand + 1
-            else:
-                # one bit of headroom so increments within this millisecond cannot overflow
-                rand = int.from_bytes(os.urandom(10), "big") >> 1
-            head = "ev_" + _crockford128((ms << 80) | rand)[:24]
-            _last_ms, _last_rand, _last_head = ms, rand, head
+            # one bit of headroom so increments within this millisecond cannot overflow
+            rand = int.from_bytes(os.urandom(10), "big") >> 1
+        head = "ev_" + _crockford128((ms << 80) | rand)[:24]
+        _last_ms, _last_rand, _last_head = ms, rand, head
     return head + _PAIRS[rand & 1023]
 
 
@@ -675,6 +685,10 @@ def validate_batch(body: bytes, *, caller: str, now_us: int,
       when they differ.
     """
     items = _split(body, max_body=max_body, max_line=max_line, max_events=max_events)
+    if default_id is None and id_namespace is None:
+        missing = sum(1 for _, raw, _ in items if isinstance(raw, dict) and raw.get("event_id") is None)
+        fresh = iter(new_event_ids(now_us, missing))
+        default_id = lambda _line: next(fresh)  # noqa: E731
     events: list[Event] = []
     seen: dict[str, tuple[int, dict]] = {}
     for i, (line, raw, line_bytes) in enumerate(items):

@@ -25,6 +25,7 @@ from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, timedelta
+from functools import lru_cache
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -351,7 +352,9 @@ def _group(stream: Stream, payloads: list[dict]) -> dict[str, list[dict]]:
     return groups
 
 
+@lru_cache(maxsize=4096)
 def _without_date(partition: str) -> str:
+    # asked once per record; a run holds a handful of distinct partitions
     return "/".join(part for part in partition.split("/") if not part.startswith("date="))
 
 
