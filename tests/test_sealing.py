@@ -614,3 +614,80 @@ def test_direct_upstream_signatures_match_botocores():
             with mock.patch("botocore.auth.get_current_datetime", return_value=now.replace(tzinfo=None)):
                 S3SigV4Auth(creds.get_frozen_credentials(), "s3", "eu-west-3").add_auth(theirs)
             assert ours["authorization"] == theirs.headers["Authorization"], key
+
+
+# -- the parts of a multipart object, checked in place ----------------------------------------------
+
+
+def _local_sealed(tmp_path: Path):
+    from gateway.store.local import LocalStore
+    from gateway.store.sealed import SealedStore
+    from vault.keys import create_keyring
+
+    inner = LocalStore(tmp_path / "data")
+    sealed = SealedStore(inner, create_keyring(tmp_path / "ring.json", forbidden_dir=tmp_path / "data"))
+    sealed.create_bucket("b")
+    return sealed, tmp_path / "data" / "index.db"
+
+
+def _sealed_multipart(sealed, key: str, parts: list[bytes], numbers: list[int]) -> None:
+    from gateway.store.base import ObjectMeta
+
+    up = sealed.create_multipart("b", key, ObjectMeta())
+    done = [(n, sealed.upload_part("b", key, up.upload_id, n, io.BytesIO(p), size=len(p)).etag)
+            for n, p in zip(numbers, parts, strict=True)]
+    sealed.complete_multipart("b", key, up.upload_id, done)
+
+
+def _sealed_read(sealed, key: str, start: int = 0, end: int | None = None) -> bytes:
+    reader = sealed.open_object("b", key, start, end)
+    try:
+        return b"".join(iter(lambda: reader.read(1 << 20), b""))
+    finally:
+        reader.close()
+
+
+def _edit_parts(db_path: Path, key: str, edit) -> None:
+    """Change the backend's list of an object's part files (what an attacker with the data
+    directory could do), leaving its ETag and metadata alone."""
+    db = sqlite3.connect(db_path)
+    try:
+        files = json.loads(db.execute("SELECT files FROM objects WHERE key=?", (key.encode(),)).fetchone()[0])
+        db.execute("UPDATE objects SET files=? WHERE key=?", (json.dumps(edit(files)), key.encode()))
+        db.commit()
+    finally:
+        db.close()
+
+
+def test_moved_or_dropped_parts_are_refused_on_ranged_reads_too(tmp_path):
+    """Part numbers are sealed with the object, so a range inside a part checks that the part
+    served there is the one that belongs there (parallel ranged downloads read that way), and
+    a part dropped from the backend's list is refused though the rest still opens."""
+    from gateway.store.base import StoreError
+
+    sealed, db = _local_sealed(tmp_path)
+    size = 5 * 1024 * 1024
+    parts = [bytes([0x41 + i]) * size for i in range(3)]
+    for key, numbers in (("plain", [1, 2, 3]), ("gapped", [2, 5, 9])):
+        _sealed_multipart(sealed, key, parts, numbers)
+        assert _sealed_read(sealed, key, size + 10, size + 20) == parts[1][10:20]
+    # a copy keeps the numbers: its ranged reads are checked alike
+    sealed.copy_object("b", "plain", "b", "copied", None)
+    assert _sealed_read(sealed, "copied", 2 * size - 3, 2 * size + 3) == b"BBBCCC"
+
+    def swap(files):
+        files[1], files[2] = files[2], files[1]
+        return files
+
+    for key in ("plain", "gapped", "copied"):
+        _edit_parts(db, key, swap)
+        for start, end in ((size + 10, size + 20), (size - 3, size + 3), (0, None)):
+            with pytest.raises(StoreError, match="part number|integrity"):
+                _sealed_read(sealed, key, start, end)
+    _sealed_multipart(sealed, "short", parts, [1, 2, 3])
+    _edit_parts(db, "short", lambda files: files[:2])
+    with pytest.raises(StoreError, match="holds 2 parts where its ETag names 3"):
+        sealed.head_object("b", "short")
+    with pytest.raises(StoreError, match="holds 2 parts where its ETag names 3"):
+        _sealed_read(sealed, "short", 0, 10)
+    sealed.close()

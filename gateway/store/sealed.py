@@ -66,6 +66,8 @@ PRIME = 64 * 1024
 SEALED_VALUE = "sealed:"
 #: What the backend is told a sealed object's type is.
 SEALED_TYPE = "application/vnd.orgmem.sealed"
+#: In a multipart object's sealed metadata: its part numbers, in order (not a client field).
+PART_NUMBERS = "_part_numbers"
 
 
 class SealError(StoreError):
@@ -140,53 +142,75 @@ class SealedStore:
         self.keys = keys
         self._layouts: OrderedDict[tuple[str, str, str], list[int]] = OrderedDict()
         #: opened data keys and metadata of recently read objects (see _open)
-        self._opened: OrderedDict[tuple, tuple[bytes, ObjectMeta]] = OrderedDict()
+        self._opened: OrderedDict[tuple, tuple[bytes, ObjectMeta, tuple[int, ...] | None]] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- keys and metadata -----------------------------------------------------------
 
-    def _seal(self, dek: bytes, meta: ObjectMeta, ident: bytes) -> ObjectMeta:
-        """The backend's metadata: the wrapped key, and the client's metadata sealed."""
-        client = orjson.dumps(replace(meta, sealed=None, sealed_meta=None).to_dict())
+    def _seal(self, dek: bytes, meta: ObjectMeta, ident: bytes,
+              part_numbers: Sequence[int] | None = None) -> ObjectMeta:
+        """The backend's metadata: the wrapped key, and the client's metadata sealed (with, for
+        a multipart object, its part numbers in order: a ranged read then checks that each
+        part it opens is the one that belongs there)."""
+        doc = replace(meta, sealed=None, sealed_meta=None).to_dict()
+        if part_numbers:
+            doc[PART_NUMBERS] = list(part_numbers)
         return ObjectMeta(content_type=SEALED_TYPE, sealed=self.keys.wrap(dek, ident).encode(),
-                          sealed_meta=stream.seal_metadata(dek, client, ident))
+                          sealed_meta=stream.seal_metadata(dek, orjson.dumps(doc), ident))
 
     def _open(self, stored: ObjectMeta, ident: bytes, bucket: str, key: str) -> tuple[bytes, ObjectMeta]:
-        """The data key and the client's metadata of a stored object; remembered for hot
-        objects, keyed by everything they were opened from, so a changed byte misses."""
+        """The data key and the client's metadata of a stored object."""
+        dek, meta, _ = self._open_parts(stored, ident, bucket, key)
+        return dek, meta
+
+    def _open_parts(self, stored: ObjectMeta, ident: bytes, bucket: str,
+                    key: str) -> tuple[bytes, ObjectMeta, tuple[int, ...] | None]:
+        """The data key, the client's metadata and the part numbers (None when not recorded) of
+        a stored object; remembered for hot objects, keyed by everything they were opened
+        from, so a changed byte misses."""
         cache_key = (ident, stored.sealed, stored.sealed_meta)
         with self._lock:
             hit = self._opened.get(cache_key)
             if hit is not None:
                 self._opened.move_to_end(cache_key)
-                return hit[0], _own_copy(hit[1])
-        dek, meta = self._open_uncached(stored, ident, bucket, key)
+                return hit[0], _own_copy(hit[1]), hit[2]
+        dek, meta, numbers = self._open_uncached(stored, ident, bucket, key)
         with self._lock:
-            self._opened[cache_key] = (dek, meta)
+            self._opened[cache_key] = (dek, meta, numbers)
             while len(self._opened) > OPENED_CACHE:
                 self._opened.popitem(last=False)
-        return dek, _own_copy(meta)
+        return dek, _own_copy(meta), numbers
 
     def _open_uncached(self, stored: ObjectMeta, ident: bytes, bucket: str,
-                       key: str) -> tuple[bytes, ObjectMeta]:
+                       key: str) -> tuple[bytes, ObjectMeta, tuple[int, ...] | None]:
         if not stored.sealed or not stored.sealed_meta:
             raise SealError(f"{bucket}/{key} is stored without a data key: it was not written "
                             "through this gateway's sealed store.")
         try:
             dek = self.keys.unwrap(WrappedKey.decode(stored.sealed), ident)
-            client = stream.open_metadata(dek, stored.sealed_meta, ident)
-            return dek, ObjectMeta.from_dict(orjson.loads(client))
+            doc = orjson.loads(stream.open_metadata(dek, stored.sealed_meta, ident))
+            numbers = doc.pop(PART_NUMBERS, None)
+            return dek, ObjectMeta.from_dict(doc), tuple(numbers) if numbers else None
         except (VaultError, ValueError) as exc:
             raise _store_error(exc, bucket, key) from None
 
     def _object(self, sealed: ObjectInfo) -> tuple[bytes, ObjectInfo]:
         """The data key and the plaintext view of a stored object."""
-        ident = identity(sealed.bucket, sealed.key, parts_in(sealed.etag))
-        dek, meta = self._open(sealed.meta, ident, sealed.bucket, sealed.key)
+        dek, info, _ = self._object_parts(sealed)
+        return dek, info
+
+    def _object_parts(self, sealed: ObjectInfo) -> tuple[bytes, ObjectInfo, tuple[int, ...] | None]:
+        """:meth:`_object`, and the object's part numbers when they were recorded."""
+        count = parts_in(sealed.etag)
+        if sealed.part_sizes and len(sealed.part_sizes) != count:
+            raise SealError(f"{sealed.bucket}/{sealed.key} failed its integrity check: it holds "
+                            f"{len(sealed.part_sizes)} parts where its ETag names {count}.")
+        ident = identity(sealed.bucket, sealed.key, count)
+        dek, meta, numbers = self._open_parts(sealed.meta, ident, sealed.bucket, sealed.key)
         parts = [stream.part_plain_size(s) for s in sealed.part_sizes]
         # Built directly: dataclasses.replace costs more than the rest of this on a small GET.
         return dek, ObjectInfo(sealed.bucket, sealed.key, plain_size(sealed.size, sealed.etag),
-                               sealed.etag, sealed.last_modified, meta, parts)
+                               sealed.etag, sealed.last_modified, meta, parts), numbers
 
     # -- buckets (nothing to seal) -------------------------------------------------------
 
@@ -252,9 +276,9 @@ class SealedStore:
         ahead = [self.inner.open_object(bucket, key)] if whole else []
         try:
             sealed = ahead[0].info if ahead else self.inner.head_object(bucket, key)
-            dek, info = self._object(sealed)
+            dek, info, numbers = self._object_parts(sealed)
             stop = info.size if end is None else min(end, info.size)
-            layout = self._layout(bucket, key, sealed)
+            layout = self._layout(bucket, key, sealed, numbers)
 
             def fetch(cipher_start: int, cipher_end: int) -> Readable:
                 if ahead and cipher_start == 0 and cipher_end == sealed.size:
@@ -284,9 +308,9 @@ class SealedStore:
         source = self.inner.head_object(src_bucket, src_key)
         if source_etag is not None and source.etag != source_etag:
             raise SourceChanged()
-        dek, plain = self._object(source)
+        dek, plain, numbers = self._object_parts(source)
         new_meta = meta if meta is not None else plain.meta
-        stored = self._seal(dek, new_meta, identity(bucket, key, parts_in(source.etag)))
+        stored = self._seal(dek, new_meta, identity(bucket, key, parts_in(source.etag)), numbers)
         info = self.inner.copy_object(src_bucket, src_key, bucket, key, stored, condition,
                                       source_etag=source.etag)
         if parts_in(info.etag) != parts_in(source.etag):
@@ -366,7 +390,7 @@ class SealedStore:
             plain = [replace(p, size=stream.part_plain_size(p.size),
                              checksums=self._open_checksums(dek, p.checksums)) for p in chosen]
             final = meta_update(upload.meta, plain) if meta_update else upload.meta
-            return self._seal(dek, final, identity(bucket, key, len(chosen)))
+            return self._seal(dek, final, identity(bucket, key, len(chosen)), [p.part_number for p in chosen])
 
         info = self.inner.complete_multipart(bucket, key, upload_id, parts, condition, reseal)
         return self._object(info)[1]
@@ -447,12 +471,22 @@ class SealedStore:
 
     # -- layouts -----------------------------------------------------------------------------
 
-    def _layout(self, bucket: str, key: str, sealed: ObjectInfo) -> stream.Layout:
+    def _layout(self, bucket: str, key: str, sealed: ObjectInfo,
+                numbers: Sequence[int] | None = None) -> stream.Layout:
+        """Where each part sits. The part count is bound into the data key's identity (from the
+        ETag); the backend's list of parts must agree with it, and with the part numbers the
+        sealed metadata recorded, or a part dropped or moved on the backend would be served."""
         parts = parts_in(sealed.etag)
         if not parts:
             return stream.Layout.single(sealed.size)
         sizes = list(sealed.part_sizes) or self._part_sizes(bucket, key, sealed, parts)
-        return stream.Layout.multipart(sizes)
+        if len(sizes) != parts or (numbers is not None and len(numbers) != parts):
+            raise SealError(f"{bucket}/{key} failed its integrity check: it holds {len(sizes)} parts "
+                            f"where its ETag names {parts}.")
+        try:
+            return stream.Layout.multipart(sizes, list(numbers) if numbers else None)
+        except ValueError as exc:
+            raise SealError(f"{bucket}/{key} failed its integrity check: {exc}.") from None
 
     def _part_sizes(self, bucket: str, key: str, sealed: ObjectInfo, parts: int) -> list[int]:
         """Sealed part sizes read from the part headers (for backends that do not report
