@@ -6,6 +6,13 @@ checkpoint kept in the internal bucket, so it survives an interrupted CLI or
 a restarted gateway (``--resume``) and runs while traffic is served: each
 object is rewrapped with a compare-and-swap on its ETag, so a concurrent
 overwrite wins (it is sealed under the primary version already).
+
+Every sealed object is covered, the vault's secret store included (its objects under the
+internal bucket's ``vault/`` prefix; only the unsealed bookkeeping records are left out). An
+object whose wrapped key is damaged is skipped and reported, never a failed batch. Multipart
+uploads in progress keep the data key of their creation, wrapped under the version primary
+then: the store offers no way to rewrap it, so ``status`` counts them per version and
+``retire`` refuses while any uses the version (they complete, expire or are aborted).
 """
 
 from __future__ import annotations
@@ -16,17 +23,22 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from io import BytesIO
 
 import orjson
 
-from .sealing import UNSEALED_PREFIX, read_internal, sealed_objects
-from .secret_store.service import Secrets
-from .store.base import INTERNAL_BUCKET, NoSuchKey, ObjectMeta, StoreError
-from .store.sealed import SealedStore
+from vault.keys import WrappedKey
 
-CHECKPOINT = UNSEALED_PREFIX + "rewrap.json"
+from .logs import log
+from .sealing import REWRAP_CHECKPOINT, read_internal, sealed_objects
+from .secret_store.service import Secrets
+from .store.base import INTERNAL_BUCKET, NoSuchBucket, NoSuchKey, ObjectMeta, StoreError
+from .store.sealed import SealedStore, SealError
+
+CHECKPOINT = REWRAP_CHECKPOINT
+#: At most this many skipped names are returned with one batch (all are counted and logged).
+MAX_SKIPPED_NAMES = 100
 #: Objects rewrapped at once within a batch, unless the backend says how many calls it
 #: takes at once (``parallel_calls``: an upstream S3 service, where each is a round trip).
 REWRAP_WORKERS = 8
@@ -50,6 +62,10 @@ class RewrapBatch:
     done: bool
     #: where the next batch starts: (bucket, key) of the last object looked at
     position: tuple[str, str] | None
+    #: objects (and secret records) that could not be rewrapped (a damaged wrapped key, or none
+    #: at all): how many, and the first MAX_SKIPPED_NAMES of them as "bucket/key"
+    skipped: int = 0
+    skipped_keys: list[str] = field(default_factory=list)
 
 
 class KeyRotation:
@@ -64,20 +80,31 @@ class KeyRotation:
         return self.sealed.keys
 
     def status(self) -> dict:
-        """Objects per (KEK id, version): what rewrap has left, what retire would strand."""
+        """Objects, secret versions and multipart uploads in progress per (KEK id, version):
+        what rewrap has left, what retire would strand."""
         counts: Counter[str] = Counter()
         for bucket, key in self._objects():
-            found = self._version(bucket, key)
-            counts["unsealed" if found is None else
-                   (str(found[1]) if found[0] == self.keys.kek_id else f"{found[0]}#{found[1]}")] += 1
+            try:
+                found = self._version(bucket, key)
+            except (NoSuchKey, NoSuchBucket):
+                continue  # deleted meanwhile
+            counts[self._label(found)] += 1
         retired = getattr(self.keys, "retired_versions", lambda: [])()
         secrets = self.secrets.kek_versions() if self.secrets else Counter()
+        uploads = self._uploads_by_version()
         return {"kek_id": self.keys.kek_id, "primary": self.keys.primary_version(),
                 "versions": self.keys.versions(), "retired": retired,
                 "objects_by_version": dict(sorted(counts.items())),
                 "total": sum(counts.values()),
                 "secrets_by_version": dict(sorted(secrets.items())),
-                "secrets_total": sum(secrets.values())}
+                "secrets_total": sum(secrets.values()),
+                "uploads_by_version": dict(sorted(uploads.items())),
+                "uploads_total": sum(uploads.values())}
+
+    def _label(self, found: tuple[str, int] | None) -> str:
+        if found is None:
+            return "unsealed"
+        return str(found[1]) if found[0] == self.keys.kek_id else f"{found[0]}#{found[1]}"
 
     def rotate(self) -> int:
         rotate = getattr(self.keys, "rotate", None)
@@ -100,9 +127,22 @@ class KeyRotation:
         status = self.status()
         in_use = status["objects_by_version"].get(str(version), 0)
         secrets = status["secrets_by_version"].get(str(version), 0)
+        uploads = status["uploads_by_version"].get(str(version), 0)
+        refusals = []
         if in_use or secrets:
-            raise RotationError(f"{in_use} objects and {secrets} secret versions are still sealed "
-                                f"under version {version}: run `orgmem vault rewrap` first",
+            refusals.append(
+                f"{in_use} objects and {secrets} secret versions are still sealed under version "
+                f"{version}: run `orgmem vault rewrap` first (an object rewrap reports as damaged "
+                "cannot be rewrapped: restore it from backup or delete it)")
+        if uploads:
+            refusals.append(
+                f"{uploads} multipart uploads in progress were started under version {version}; "
+                "an upload keeps the data key of its creation and cannot be rewrapped: retire the "
+                "version once they are completed, or have expired (after --upload-expiry, 7 days "
+                "by default), or abort them (`aws s3api list-multipart-uploads` lists them, "
+                "`abort-multipart-upload` aborts one)")
+        if refusals:
+            raise RotationError(f"KEK version {version} is still in use: " + "; and ".join(refusals),
                                 code="DeleteConflict", status=409)
         retire(version)
         return {"retired": version, "primary": self.keys.primary_version()}
@@ -119,21 +159,37 @@ class KeyRotation:
             more, batch = len(batch) > limit, batch[:limit]
             workers = getattr(self.sealed.inner, "parallel_calls", REWRAP_WORKERS)
             with ThreadPoolExecutor(workers, thread_name_prefix="orgmem-rewrap") as pool:
-                rewrapped = sum(pool.map(self._rewrap_one, batch))
+                results = list(pool.map(self._rewrap_one, batch))
+            rewrapped = sum(n for n, _ in results)
+            skipped = [name for _, name in results if name is not None]
             if more:
                 self._save_checkpoint(batch[-1])
-                return RewrapBatch(len(batch), rewrapped, False, batch[-1])
+                return RewrapBatch(len(batch), rewrapped, False, batch[-1], len(skipped),
+                                   skipped[:MAX_SKIPPED_NAMES])
             self._clear_checkpoint()
             # the objects are done; the secrets' own data keys follow (a few per secret)
             if self.secrets is not None:
-                rewrapped += self.secrets.rewrap()
-            return RewrapBatch(len(batch), rewrapped, True, None)
+                rewrapped += self.secrets.rewrap(skipped)
+            return RewrapBatch(len(batch), rewrapped, True, None, len(skipped),
+                               skipped[:MAX_SKIPPED_NAMES])
 
-    def _rewrap_one(self, name: tuple[str, str]) -> int:
+    def _rewrap_one(self, name: tuple[str, str]) -> tuple[int, str | None]:
+        """1 when rewrapped, 0 when not needed (already under the primary, changed or deleted
+        meanwhile); with the object's name when it cannot be rewrapped: its wrapped key is
+        damaged, or missing. Those are skipped and logged (their names only: no key material),
+        so one damaged object neither fails the batch nor holds the checkpoint back; retire
+        still counts them under their version. An unreachable KEK (StoreUnavailable) still
+        fails the batch: retrying later helps."""
+        bucket, key = name
         try:
-            return int(self.sealed.rewrap(*name))
-        except NoSuchKey:
-            return 0  # deleted meanwhile
+            return int(self.sealed.rewrap(bucket, key)), None
+        except (NoSuchKey, NoSuchBucket):
+            return 0, None  # deleted meanwhile
+        except (SealError, ValueError) as exc:
+            reason = "its data key does not unwrap" if isinstance(exc, SealError) \
+                else "it has no valid wrapped data key"
+            log.warning("rewrap_skipped", bucket=bucket, key=key, reason=reason)
+            return 0, f"{bucket}/{key}"
 
     # -- walking the store ---------------------------------------------------------
 
@@ -141,12 +197,32 @@ class KeyRotation:
         return sealed_objects(self.sealed.inner, after)
 
     def _version(self, bucket: str, key: str) -> tuple[str, int] | None:
+        """The (KEK id, version) of an object's wrapped key; None when it has none."""
         try:
             return self.sealed.key_version(bucket, key)
-        except NoSuchKey:
-            return None
+        except (NoSuchKey, NoSuchBucket):
+            raise  # deleted meanwhile: not counted (these are StoreErrors too)
         except (StoreError, ValueError):
             return ("damaged", 0)
+
+    def _uploads_by_version(self) -> Counter[str]:
+        """Multipart uploads in progress per KEK version: each keeps the data key wrapped at
+        its creation until it completes, expires or is aborted."""
+        counts: Counter[str] = Counter()
+        inner = self.sealed.inner
+        for bucket in sorted(b.name for b in inner.list_buckets()):
+            try:
+                uploads = inner.list_uploads(bucket)
+            except NoSuchBucket:
+                continue  # deleted meanwhile
+            for upload in uploads:
+                try:
+                    wrapped = WrappedKey.decode(upload.meta.sealed or "")
+                    found: tuple[str, int] | None = (wrapped.kek_id, wrapped.version)
+                except ValueError:
+                    found = ("damaged", 0) if upload.meta.sealed else None
+                counts[self._label(found)] += 1
+        return counts
 
     # -- checkpoint ------------------------------------------------------------------
 

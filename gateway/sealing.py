@@ -21,7 +21,7 @@ from pathlib import Path
 import orjson
 
 from vault.errors import MissingKey, VaultError
-from vault.keys import KeyProvider, provider_from_spec
+from vault.keys import KeyProvider, WrappedKey, provider_from_spec
 
 from .config import Config
 from .logs import log
@@ -35,13 +35,19 @@ from .store.base import (
     WriteCondition,
 )
 from .store.objects import read_object
-from .store.sealed import SealedStore
+from .store.sealed import SealedStore, SealError
 
-#: Bookkeeping under this prefix of the internal bucket holds no secret and stays unsealed:
-#: the seal record, the passphrase salt, the rewrap checkpoint.
-UNSEALED_PREFIX = "vault/"
-SEAL_RECORD = UNSEALED_PREFIX + "seal.json"
-SALT_RECORD = UNSEALED_PREFIX + "passphrase-salt"
+#: The only objects of the internal bucket that hold no secret and stay unsealed: the seal
+#: record, the passphrase salt, the rewrap checkpoint. Everything else is sealed, the secret
+#: store's objects under ``vault/meta/`` and ``vault/data/`` included, so ``kek status``
+#: counts it and rewrap rewraps it.
+SEAL_RECORD = "vault/seal.json"
+SALT_RECORD = "vault/passphrase-salt"
+REWRAP_CHECKPOINT = "vault/rewrap.json"
+UNSEALED_RECORDS = frozenset({SEAL_RECORD, SALT_RECORD, REWRAP_CHECKPOINT})
+#: How many sealed objects a start looks at to check a KMS key against a seal record written
+#: before it named its KMS keys.
+KMS_PROBE_OBJECTS = 200
 
 
 class SealingError(Exception):
@@ -88,18 +94,133 @@ def seal(inner: ObjectStore, config: Config) -> SealedStore:
     _ensure_internal_bucket(inner)
     record = _seal_record(inner)
     keys = open_keys(config, inner, record)
-    if record is not None and record.get("kek_id") != keys.kek_id:
-        raise SealingError(
-            f"this data is sealed under KEK {record.get('kek_id')!r}, but --kek gives "
-            f"{keys.kek_id!r}: start with the KEK the data was sealed with (restore its keyring "
-            "from backup); nothing was read or written")
+    if record is not None:
+        _check_record(record, keys)
     sealed = SealedStore(inner, keys)
     if record is None:
         migrated = seal_plaintext(sealed)
         if migrated:
             log.warning("plaintext_sealed", objects=migrated)
         _write_seal_record(inner, keys)
+    elif _kms_keys(keys) is not None:
+        _record_kms_keys(sealed)
     return sealed
+
+
+def _check_record(record: dict, keys: KeyProvider) -> None:
+    """The KEK is the one the seal record names: same KEK id and, for AWS KMS (whose KEK id
+    is ``aws-kms`` for every key), the same KMS key for every version both name."""
+    if record.get("kek_id") != keys.kek_id:
+        raise SealingError(
+            f"this data is sealed under KEK {record.get('kek_id')!r}, but --kek gives "
+            f"{keys.kek_id!r}: start with the KEK the data was sealed with (restore its keyring "
+            "from backup); nothing was read or written")
+    given, recorded = _kms_keys(keys), _recorded_kms_keys(record)
+    if given is None or recorded is None:
+        return  # not KMS, or a record from before it named KMS keys (see _record_kms_keys)
+    for version, arn in sorted(given.items()):
+        if recorded.get(version, arn) != arn:
+            raise SealingError(
+                f"this data is sealed under KMS key {recorded[version]!r} as version {version}, "
+                f"but --kek gives {arn!r} for version {version}: start with the KMS keys the data "
+                "was sealed with (when adding a new key, list it first and keep the old ones, "
+                "e.g. --kek aws-kms:NEW,OLD, or give explicit versions KEY@N); nothing was read "
+                "or written")
+    if recorded and not set(given) & set(recorded):
+        listed = ", ".join(f"{arn} (version {v})" for v, arn in sorted(recorded.items()))
+        raise SealingError(
+            f"this data is sealed under the KMS keys {listed}, and --kek lists none of them: "
+            "start with the KMS key the data was sealed with (to move to a new key, list it first "
+            "and keep the old one, --kek aws-kms:NEW,OLD, then rewrap); nothing was read or "
+            "written")
+
+
+def _kms_keys(keys: KeyProvider) -> dict[int, str] | None:
+    """For an AWS KMS KEK, each version's key as KMS names it (its ARN); None otherwise."""
+    identities = getattr(keys, "key_identities", None)
+    if identities is None:
+        return None
+    try:
+        return dict(identities())
+    except VaultError as exc:
+        raise SealingError(str(exc)) from None
+
+
+def _recorded_kms_keys(record: dict) -> dict[int, str] | None:
+    found = record.get("kms_keys")
+    if not isinstance(found, dict):
+        return None
+    try:
+        return {int(v): str(arn) for v, arn in found.items()}
+    except (TypeError, ValueError):
+        raise SealingError(f"the seal record {SEAL_RECORD} in the internal bucket is damaged "
+                           "(its kms_keys are not versions and keys); restore it from backup") from None
+
+
+def _record_kms_keys(sealed: SealedStore) -> None:
+    """Add the KMS keys this start uses to the seal record (a new key listed first at rotation
+    becomes a recorded version), by compare-and-swap. A record written before it named KMS keys
+    is checked first against the data itself: a sealed object is opened with the given keys."""
+    inner, keys = sealed.inner, sealed.keys
+    given = _kms_keys(keys) or {}
+    for _ in range(8):
+        found = read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)
+        if found is None:
+            raise SealingError(f"the seal record {SEAL_RECORD} disappeared while starting; restart")
+        record = orjson.loads(found[0])
+        _check_record(record, keys)  # again: another gateway may have changed it meanwhile
+        recorded = _recorded_kms_keys(record)
+        if recorded is None:
+            _probe_kms(sealed, given)
+            recorded = {}
+        merged = {**recorded, **given}
+        if merged == recorded and "kms_keys" in record:
+            return
+        record["kms_keys"] = {str(v): arn for v, arn in sorted(merged.items())}
+        try:
+            inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, BytesIO(orjson.dumps(record)),
+                             ObjectMeta(content_type="application/json"),
+                             WriteCondition(if_match=found[1].etag))
+            return
+        except PreconditionFailed:
+            continue  # another gateway changed the record first: read it again
+    raise SealingError(f"the seal record {SEAL_RECORD} keeps changing while starting; restart")
+
+
+def _probe_kms(sealed: SealedStore, given: dict[int, str]) -> None:
+    """Before the seal record learns its KMS keys: a sealed object whose data key is wrapped
+    under a version --kek lists must open with it, or the KMS key is not the data's. A few
+    objects are tried, so one damaged object does not refuse the start alone."""
+    looked, failed = 0, []
+    for bucket, key in sealed_objects(sealed.inner):
+        if looked >= KMS_PROBE_OBJECTS or len(failed) >= 3:
+            break
+        try:
+            stored = sealed.inner.head_object(bucket, key).meta.sealed
+            version = WrappedKey.decode(stored or "").version
+        except (NoSuchKey, ValueError):
+            continue
+        looked += 1
+        if version not in given:
+            continue
+        try:
+            sealed.head_object(bucket, key)
+            return  # opens: the KMS keys are the data's
+        except SealError as exc:
+            failed.append((bucket, key, version, exc))
+        except NoSuchKey:
+            continue
+    if failed:
+        bucket, key, version, exc = failed[0]
+        raise SealingError(
+            f"--kek gives KMS key {given[version]!r} as version {version}, but {bucket}/{key} "
+            f"does not open with it ({exc}): start with the KMS key the data was sealed with; "
+            "nothing was written")
+    if looked:
+        raise SealingError(
+            f"none of the {looked} sealed objects looked at is wrapped under a KMS key version "
+            f"--kek lists ({sorted(given)}): start with the KMS keys the data was sealed with; "
+            "nothing was written")
 
 
 def sealed_objects(inner: ObjectStore,
@@ -113,7 +234,7 @@ def sealed_objects(inner: ObjectStore,
         while True:
             page = inner.list_objects(bucket, after=marker, limit=1000)
             for entry in page.entries:
-                if not (bucket == INTERNAL_BUCKET and entry.key.startswith(UNSEALED_PREFIX)):
+                if not (bucket == INTERNAL_BUCKET and entry.key in UNSEALED_RECORDS):
                     yield bucket, entry.key
             if not page.is_truncated or not page.next_marker:
                 break
@@ -157,7 +278,10 @@ def _seal_record(inner: ObjectStore) -> dict | None:
 
 
 def _write_seal_record(inner: ObjectStore, keys: KeyProvider) -> None:
-    record = {"format": 1, "kek_id": keys.kek_id, "sealed_since": time.time()}
+    record: dict = {"format": 1, "kek_id": keys.kek_id, "sealed_since": time.time()}
+    kms = _kms_keys(keys)
+    if kms is not None:
+        record["kms_keys"] = {str(v): arn for v, arn in sorted(kms.items())}
     try:
         inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, BytesIO(orjson.dumps(record)),
                          ObjectMeta(content_type="application/json"), WriteCondition(if_none_match=True))
@@ -165,6 +289,7 @@ def _write_seal_record(inner: ObjectStore, keys: KeyProvider) -> None:
         existing = _seal_record(inner)  # another gateway sealed first: it must agree
         if existing is None or existing.get("kek_id") != keys.kek_id:
             raise SealingError("another gateway sealed this data under a different KEK") from None
+        _check_record(existing, keys)
 
 
 def read_internal(store: ObjectStore, key: str) -> bytes | None:

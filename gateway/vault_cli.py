@@ -84,10 +84,11 @@ def kek_status(as_json: bool) -> None:
     console.print(f"KEK {status['kek_id']}: primary version {status['primary']}, "
                   f"versions {status['versions']}, retired {status['retired']}")
     objects, secrets = status["objects_by_version"], status.get("secrets_by_version", {})
-    rows = [(version, objects.get(version, 0), secrets.get(version, 0),
+    uploads = status.get("uploads_by_version", {})
+    rows = [(version, objects.get(version, 0), secrets.get(version, 0), uploads.get(version, 0),
              "primary" if version == str(status["primary"]) else "")
-            for version in sorted(set(objects) | set(secrets))]
-    console.print(_table(["version", "objects", "secret versions", ""], rows))
+            for version in sorted(set(objects) | set(secrets) | set(uploads))]
+    console.print(_table(["version", "objects", "secret versions", "uploads in progress", ""], rows))
 
 
 @kek.command("rotate")
@@ -105,7 +106,8 @@ def kek_rotate(as_json: bool) -> None:
 @kek.command("retire")
 @click.argument("version", type=int)
 def kek_retire(version: int) -> None:
-    """Retire a KEK version; refused while any object still uses it."""
+    """Retire a KEK version; refused while any object, secret version or multipart upload in
+    progress still uses it."""
     result = _call("POST", "kek/retire", {"version": version})
     click.echo(f"KEK version {result['retired']} is retired.")
 
@@ -125,7 +127,8 @@ def rewrap(resume: bool, batch: int) -> None:
     pending = {**{f"o{v}": n for v, n in status["objects_by_version"].items() if v != primary},
                **{f"s{v}": n for v, n in status.get("secrets_by_version", {}).items() if v != primary}}
     total = sum(pending.values())  # objects, then the secrets' own data keys
-    done = rewrapped = 0
+    done = rewrapped = skipped = 0
+    skipped_keys: list[str] = []
     columns = (TextColumn("rewrapping"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
     with Progress(*columns, console=_console(), transient=False) as progress:
         task = progress.add_task("rewrap", total=max(total, 1))
@@ -134,11 +137,32 @@ def rewrap(resume: bool, batch: int) -> None:
             resume = True  # every later batch continues from the checkpoint
             done += result["scanned"]
             rewrapped += result["rewrapped"]
+            skipped += result.get("skipped", 0)
+            skipped_keys += result.get("skipped_keys", [])
             progress.update(task, completed=min(rewrapped, total))
             if result["done"]:
                 break
-    click.echo(f"Rewrapped {rewrapped} of {done} objects; every data key is now under KEK "
-               f"version {result['primary']}.")
+    if not skipped:
+        click.echo(f"Rewrapped {rewrapped} of {done} objects; every data key is now under KEK "
+                   f"version {result['primary']}.")
+    else:
+        click.echo(f"Rewrapped {rewrapped} of {done} objects under KEK version {result['primary']}; "
+                   f"{skipped} could not be rewrapped (their wrapped data key is damaged or "
+                   "missing; restore them from backup or delete them):", err=True)
+        for name in skipped_keys:
+            click.echo(f"  {name}", err=True)
+        if len(skipped_keys) < skipped:
+            click.echo(f"  ... and {skipped - len(skipped_keys)} more (see the gateway's log, "
+                       "event rewrap_skipped)", err=True)
+    after = _call("GET", "kek")
+    older = {v: n for v, n in after.get("uploads_by_version", {}).items() if v != str(after["primary"])}
+    if older:
+        listed = ", ".join(f"{n} under version {v}" for v, n in sorted(older.items()))
+        click.echo(f"Multipart uploads in progress keep the data key of their creation ({listed}): "
+                   "retiring those versions is refused until they complete, expire or are "
+                   "aborted.", err=True)
+    if skipped:
+        sys.exit(1)
 
 
 # --------------------------------------------------------------------------- secrets: plumbing

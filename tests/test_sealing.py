@@ -620,6 +620,7 @@ def test_direct_upstream_signatures_match_botocores():
 
 
 def _local_sealed(tmp_path: Path):
+    from gateway.store.base import INTERNAL_BUCKET
     from gateway.store.local import LocalStore
     from gateway.store.sealed import SealedStore
     from vault.keys import create_keyring
@@ -627,6 +628,7 @@ def _local_sealed(tmp_path: Path):
     inner = LocalStore(tmp_path / "data")
     sealed = SealedStore(inner, create_keyring(tmp_path / "ring.json", forbidden_dir=tmp_path / "data"))
     sealed.create_bucket("b")
+    inner.create_bucket(INTERNAL_BUCKET)  # where rotation keeps its checkpoint
     return sealed, tmp_path / "data" / "index.db"
 
 
@@ -690,4 +692,40 @@ def test_moved_or_dropped_parts_are_refused_on_ranged_reads_too(tmp_path):
         sealed.head_object("b", "short")
     with pytest.raises(StoreError, match="holds 2 parts where its ETag names 3"):
         _sealed_read(sealed, "short", 0, 10)
+    sealed.close()
+
+
+def test_a_put_that_outlasts_rotate_rewrap_and_retire_is_wrapped_under_the_primary(tmp_path):
+    """The data key is wrapped when an upload starts; an upload still running when the KEK is
+    rotated, everything rewrapped and the old version retired is wrapped again as it commits."""
+    from gateway.rotation import KeyRotation
+    from gateway.store.base import ObjectMeta
+    from gateway.store.sealed import SealedStore
+    from vault.keys import FileKeyring
+
+    sealed, _ = _local_sealed(tmp_path)
+    rotation = KeyRotation(sealed)
+    started, go = threading.Event(), threading.Event()
+
+    class SlowBody:
+        left = 3 * 1024 * 1024
+
+        def read(self, n: int = -1) -> bytes:
+            started.set()
+            go.wait(30)
+            n = min(self.left, 1 << 20 if n < 0 else n)
+            self.left -= n
+            return b"z" * n
+
+    put = threading.Thread(target=lambda: sealed.put_object("b", "slow.bin", SlowBody(), ObjectMeta()))
+    put.start()
+    assert started.wait(10)
+    rotation.rotate()
+    rotation.rewrap(False, 1000)
+    rotation.retire(1)
+    go.set()
+    put.join(30)
+    assert sealed.key_version("b", "slow.bin")[1] == 2
+    fresh = SealedStore(sealed.inner, FileKeyring(tmp_path / "ring.json"))  # nothing cached
+    assert _sealed_read(fresh, "slow.bin") == b"z" * (3 * 1024 * 1024)
     sealed.close()

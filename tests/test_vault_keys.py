@@ -321,6 +321,36 @@ def test_env_provider_bad_values():
     assert key not in str(err.value)
 
 
+def test_a_key_pasted_as_a_name_or_path_is_never_echoed(tmp_path):
+    """--kek env:<the key> or file:<the key>: the error says what is wrong, never the value."""
+    for _ in range(20):
+        raw = os.urandom(32)
+        for key in (raw.hex(), "c" + raw.hex()[1:], raw.hex().upper(), base64.b64encode(raw).decode(),
+                    base64.urlsafe_b64encode(raw).decode().rstrip("="), raw.hex()[:32]):
+            for spec in (f"env:{key}", f"file:{key}", f" env:{key} ", f"aws-kms:{key}"):
+                with pytest.raises(VaultError) as err:
+                    provider_from_spec(spec, default_keyring=tmp_path / "k", passphrase_salt_store=None,
+                                       env={})
+                text = str(err.value)
+                assert key not in text and key.strip("=")[:16] not in text, (spec, text)
+                assert secret_free(text, raw)
+                assert "did you paste the key itself" in text, text
+    # a real variable name is still named, so the operator knows which one to set
+    with pytest.raises(MissingKey, match="ORGMEM_TEST_KEK is not set"):
+        provider_from_spec("env:ORGMEM_TEST_KEK", default_keyring=tmp_path / "k",
+                           passphrase_salt_store=None, env={})
+    # an unusual (lower-case) name works, but is not repeated in errors
+    good = base64.b64encode(os.urandom(32)).decode()
+    assert EnvKeyProvider("kek_var", {"kek_var": good}).versions() == [1]
+    with pytest.raises(MissingKey) as err:
+        EnvKeyProvider("s3cretlowercase", {})
+    assert "s3cretlowercase" not in str(err.value)
+    # a keyring path is still named
+    with pytest.raises(MissingKey, match="nothere.json"):
+        provider_from_spec(f"file:{tmp_path / 'nothere.json'}", default_keyring=tmp_path / "k",
+                           passphrase_salt_store=None)
+
+
 # -- passphrase --------------------------------------------------------------------------------------
 
 
@@ -572,3 +602,156 @@ def test_parse_kms_spec():
     for bad in ("", "a,,b", "a@1,b", "a,a", "a@1,b@1", "a@0", "has space"):
         with pytest.raises(VaultError):
             parse_kms_spec(bad)
+
+
+# -- the KMS key in the seal record (gateway/sealing.py) ---------------------------------------------
+
+
+class _Gateway:
+    """Gateway starts on one data directory, one at a time (the store is locked to its owner):
+    ``start(spec)`` stops the running one, then does what a start does with --kek ``spec``."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.data = tmp_path / "data"
+        self.store = None
+
+    def start(self, spec: str):
+        from gateway.config import Config
+        from gateway.sealing import seal
+        from gateway.store.local import LocalStore
+
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        inner = LocalStore(self.data / "store")
+        try:
+            self.store = seal(inner, Config(data=str(self.data), kek=spec))
+        except BaseException:
+            inner.close()
+            raise
+        return self.store
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def record(self) -> dict:
+        """The seal record as stored (read while no gateway runs, after a refused start)."""
+        from gateway.sealing import SEAL_RECORD
+        from gateway.store.base import INTERNAL_BUCKET
+        from gateway.store.local import LocalStore
+        from gateway.store.objects import read_object
+
+        inner = self.store.inner if self.store is not None else LocalStore(self.data / "store")
+        try:
+            return json.loads(read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)[0])
+        finally:
+            if self.store is None:
+                inner.close()
+
+
+@pytest.fixture
+def gateway_starts(tmp_path):
+    starts = _Gateway(tmp_path)
+    yield starts
+    starts.close()
+
+
+def _put(store, key: str, body: bytes) -> None:
+    import io
+
+    from gateway.store.base import ObjectMeta
+
+    store.put_object("b", key, io.BytesIO(body), ObjectMeta())
+
+
+def _get(store, key: str) -> bytes:
+    from gateway.store.objects import read_object
+
+    return read_object(store, "b", key)[0]
+
+
+@pytest.fixture
+def kms_env(moto, monkeypatch):
+    for name, value in {**AWS_ENV, "AWS_ENDPOINT_URL_KMS": moto}.items():
+        monkeypatch.setenv(name, value)
+
+
+def test_the_seal_record_names_the_kms_key_and_refuses_another(kms, kms_env, gateway_starts):
+    from gateway.sealing import SealingError
+
+    a = kms.create_key()["KeyMetadata"]
+    b = kms.create_key()["KeyMetadata"]
+    kms.create_alias(AliasName=f"alias/orgmem-{a['KeyId'][:8]}", TargetKeyId=a["KeyId"])
+    first = gateway_starts.start(f"aws-kms:{a['KeyId']}")
+    first.create_bucket("b")
+    _put(first, "k", b"sealed under a")
+    record = gateway_starts.record()
+    assert record["kek_id"] == "aws-kms" and record["kms_keys"] == {"1": a["Arn"]}
+    before = json.dumps(record, sort_keys=True)
+
+    with pytest.raises(SealingError) as refused:
+        gateway_starts.start(f"aws-kms:{b['KeyId']}")
+    assert a["Arn"] in str(refused.value) and b["Arn"] in str(refused.value)
+    assert json.dumps(gateway_starts.record(), sort_keys=True) == before  # nothing was written
+    # the same key under another name (its ARN, an alias) is the same key
+    for spec in (a["Arn"], f"alias/orgmem-{a['KeyId'][:8]}"):
+        assert _get(gateway_starts.start(f"aws-kms:{spec}"), "k") == b"sealed under a"
+
+
+def test_rotation_to_a_new_kms_key_keeps_working(kms, kms_env, gateway_starts):
+    from gateway.rotation import KeyRotation
+    from gateway.sealing import SealingError
+
+    a, b, c = (kms.create_key()["KeyMetadata"] for _ in range(3))
+    store = gateway_starts.start(f"aws-kms:{a['KeyId']}")
+    store.create_bucket("b")
+    _put(store, "old", b"under a")
+    # rotate: restart with the new key first; it becomes version 2 in the seal record
+    store = gateway_starts.start(f"aws-kms:{b['KeyId']},{a['KeyId']}")
+    assert gateway_starts.record()["kms_keys"] == {"1": a["Arn"], "2": b["Arn"]}
+    _put(store, "new", b"under b")
+    rotation = KeyRotation(store)
+    while not rotation.rewrap(True, 100).done:
+        pass
+    assert set(rotation.status()["objects_by_version"]) == {"2"}
+    # the old key leaves the spec (explicit versions from then on)
+    store = gateway_starts.start(f"aws-kms:{b['KeyId']}@2")
+    assert _get(store, "old") == b"under a" and _get(store, "new") == b"under b"
+    assert gateway_starts.record()["kms_keys"] == {"1": a["Arn"], "2": b["Arn"]}
+    # another key for a recorded version, or none of the recorded keys at all, is refused
+    for spec in (f"aws-kms:{c['KeyId']}@2", f"aws-kms:{c['KeyId']}@3", f"aws-kms:{c['KeyId']},{a['KeyId']}"):
+        with pytest.raises(SealingError, match="KMS key"):
+            gateway_starts.start(spec)
+    # a next rotation, to c, is accepted the same way
+    store = gateway_starts.start(f"aws-kms:{c['KeyId']}@3,{b['KeyId']}@2")
+    assert _get(store, "new") == b"under b"
+    assert gateway_starts.record()["kms_keys"] == {"1": a["Arn"], "2": b["Arn"], "3": c["Arn"]}
+
+
+def test_a_seal_record_from_before_kms_keys_were_recorded(kms, kms_env, gateway_starts):
+    """A record holding only kek_id "aws-kms" (older gateways) still opens: the KMS key is
+    checked against the data itself once, then recorded."""
+    import io
+
+    from gateway.sealing import SEAL_RECORD, SealingError
+    from gateway.store.base import INTERNAL_BUCKET, ObjectMeta
+
+    a, b = (kms.create_key()["KeyMetadata"] for _ in range(2))
+    store = gateway_starts.start(f"aws-kms:{a['KeyId']}")
+    store.create_bucket("b")
+    _put(store, "k", b"from an older gateway")
+    old_form = {"format": 1, "kek_id": "aws-kms", "sealed_since": 1.0}
+    store.inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, io.BytesIO(json.dumps(old_form).encode()),
+                           ObjectMeta(content_type="application/json"))
+    with pytest.raises(SealingError, match="does not open with it"):
+        gateway_starts.start(f"aws-kms:{b['KeyId']}")
+    with pytest.raises(SealingError, match="none of the"):
+        gateway_starts.start(f"aws-kms:{b['KeyId']}@2")
+    assert "kms_keys" not in gateway_starts.record()
+    store = gateway_starts.start(f"aws-kms:{a['KeyId']}")
+    assert _get(store, "k") == b"from an older gateway"
+    assert gateway_starts.record()["kms_keys"] == {"1": a["Arn"]}
+    with pytest.raises(SealingError, match="sealed under KMS key"):
+        gateway_starts.start(f"aws-kms:{b['KeyId']}")

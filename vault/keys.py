@@ -292,21 +292,46 @@ class EnvKeyProvider(StaticKeyProvider):
 
     def __init__(self, var: str, env: Mapping[str, str] | None = None) -> None:
         env = os.environ if env is None else env
-        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var or ""):
-            raise VaultError("--kek env:VAR needs the name of an environment variable after "
-                             "'env:' (letters, digits and underscores), not a key")
+        # Never echo what follows "env:": it may be the key itself, pasted in the wrong place.
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", var or "") or _looks_like_key(var):
+            raise VaultError("--kek env:VAR: the environment variable name is not valid; did you "
+                             "paste the key itself? After 'env:' give the name of an environment "
+                             "variable (letters, digits and underscores) that holds the key, e.g. "
+                             "--kek env:ORGMEM_KEK_KEY")
+        shown = _shown_name(var)
         value = env.get(var, "")
         if not value.strip():
-            raise MissingKey(f"the KEK variable {var} is not set. Put the KEK in it: 32 random "
+            raise MissingKey(f"the KEK variable {shown} is not set. Put the KEK in it: 32 random "
                              "bytes as base64 (e.g. `head -c32 /dev/urandom | base64`) or 64 hex "
                              "characters, and keep a copy: without it the sealed data cannot be "
                              "decrypted.")
         try:
             key = parse_key_text(value)
         except ValueError:
-            raise VaultError(f"the KEK variable {var} does not hold a 32-byte key: it must be "
+            raise VaultError(f"the KEK variable {shown} does not hold a 32-byte key: it must be "
                              "44 base64 characters or 64 hex characters") from None
-        super().__init__(key, kek_id=_kek_id_for(key, "env"), source=f"env:{var}")
+        super().__init__(key, kek_id=_kek_id_for(key, "env"),
+                         source=f"env:{var}" if shown == var else "the env: variable")
+
+
+def _looks_like_key(text: str) -> bool:
+    """Whether text given where a name or path belongs is probably key material: a 32-byte key
+    as base64 or hex, or a long run of hex digits. Such text is never echoed."""
+    compact = "".join((text or "").split())
+    try:
+        parse_key_text(compact)
+        return True
+    except ValueError:
+        pass
+    return len(compact) >= 32 and re.fullmatch(r"[0-9A-Fa-f]+", compact) is not None
+
+
+def _shown_name(var: str) -> str:
+    """A variable name as an error may quote it: conventional names (upper case, at most 64
+    characters) as they are; anything else, which could be a pasted secret, is not repeated."""
+    if re.fullmatch(r"[A-Z_][A-Z0-9_]{0,63}", var) and not _looks_like_key(var):
+        return var
+    return "named after env:"
 
 
 # passphrase record: magic, version, log2(n), r, p, salt length, salt, 32-byte check value
@@ -806,6 +831,9 @@ class KmsKeyProvider:
     ``ttl`` seconds). ``calls`` counts KMS requests by operation.
 
     The kek_id is ``aws-kms`` for every key; each KMS key is a version (:func:`parse_kms_spec`).
+    Which KMS key each version is, as KMS names it (the key ARN, whatever id, ARN or alias
+    ``--kek`` used), is :meth:`key_identities`: the gateway records it in its seal record and
+    refuses to start when another KMS key is given for a version the data uses.
     Rotation: put a new key first in the spec and rewrap. KMS's own automatic key rotation
     needs nothing from orgmem (the key id stays the same and old blobs keep decrypting).
     """
@@ -820,6 +848,8 @@ class KmsKeyProvider:
         self.kek_id = kek_id
         self._keys = dict(keys)
         self._primary = keys[0][0]
+        #: version -> the key's ARN as DescribeKey reports it (see key_identities)
+        self._arns: dict[int, str] = {}
         self.ttl, self.max_uses, self.cache_size = ttl, max_uses, cache_size
         self._clock = clock
         self._lock = threading.Lock()
@@ -843,6 +873,13 @@ class KmsKeyProvider:
 
     def key_id(self, version: int) -> str:
         return self._keys[version]
+
+    def key_identities(self) -> dict[int, str]:
+        """Each version's KMS key as KMS itself names it: the key ARN from DescribeKey, the same
+        whether ``--kek`` gave the key id, its ARN or an alias. Not secret."""
+        if any(v not in self._arns for v in self._keys):
+            self.check()
+        return {v: self._arns[v] for v in sorted(self._keys)}
 
     def reload(self) -> bool:
         return False  # the key list comes from the command line / configuration
@@ -886,6 +923,7 @@ class KmsKeyProvider:
             if usage != "ENCRYPT_DECRYPT" or spec != "SYMMETRIC_DEFAULT":
                 raise MissingKey(f"KMS key {key_id!r} is {spec}/{usage}; orgmem needs a "
                                  "symmetric encryption key (SYMMETRIC_DEFAULT, ENCRYPT_DECRYPT)")
+            self._arns[version] = str(meta.get("Arn") or meta.get("KeyId") or key_id)
 
     def _intermediate(self) -> _Intermediate:
         with self._lock:
@@ -1022,6 +1060,12 @@ def provider_from_spec(spec: str, *, default_keyring: Path, passphrase_salt_stor
     if scheme == "file" and colon:
         if not rest:
             raise VaultError("--kek file:PATH needs the keyring's path")
+        if _looks_like_key(rest) and not Path(rest).expanduser().exists():
+            # never echoed: it is probably the key itself, pasted in the wrong place
+            raise VaultError("--kek file:PATH: the keyring path is not valid (it looks like a "
+                             "key); did you paste the key itself? Give the path of the keyring "
+                             "file, or put the key in an environment variable and use --kek "
+                             "env:VAR")
         return FileKeyring(Path(rest), forbidden_dir=forbidden_dir)
     if scheme == "env" and colon:
         return EnvKeyProvider(rest, env)
@@ -1041,6 +1085,11 @@ def provider_from_spec(spec: str, *, default_keyring: Path, passphrase_salt_stor
     if scheme == "aws-kms" and colon:
         endpoint = kms_endpoint or env.get("AWS_ENDPOINT_URL_KMS") or env.get("AWS_ENDPOINT_URL")
         keys = parse_kms_spec(rest)
+        if any(_looks_like_key(k) and not k.startswith(("alias/", "arn:")) for _, k in keys):
+            # never echoed (KMS's "not found" would): it is probably the key itself
+            raise VaultError("--kek aws-kms: a KMS key id is not valid (it looks like a key); did "
+                             "you paste the key itself? Give the KMS key id, key ARN, alias name "
+                             "or alias ARN")
         region = None
         for _, key_id in keys:  # a key ARN names its region
             if key_id.startswith("arn:"):

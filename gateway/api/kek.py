@@ -44,6 +44,7 @@ def add_routes(router: Router, prefix: str, rotation: KeyRotation) -> None:
         batch = rotation.rewrap(body.resume, body.limit)
         return Reply(data={"scanned": batch.scanned, "rewrapped": batch.rewrapped, "done": batch.done,
                            "position": list(batch.position) if batch.position else None,
+                           "skipped": batch.skipped, "skipped_keys": batch.skipped_keys,
                            "primary": rotation.keys.primary_version()})
 
     router.add("GET", f"{prefix}/vault/kek", "KekStatus", "admin:ManageKeys", kek, status)

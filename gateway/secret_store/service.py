@@ -25,6 +25,7 @@ from vault import secrets as sealed
 from vault.keys import KeyProvider
 
 from ..iam.audit import iso_ms
+from ..logs import log
 from ..store.base import INTERNAL_BUCKET, NoSuchKey, ObjectStore, PreconditionFailed, WriteCondition
 from ..store.objects import read_object, swap_condition, write_object
 from ..store.sealed import SealError
@@ -215,26 +216,46 @@ class Secrets:
     # -- keys: status and rewrap ------------------------------------------------------
 
     def kek_versions(self) -> Counter[str]:
-        """Readable versions per KEK version (as ``KeyRotation.status`` names them)."""
+        """Readable versions per KEK version (as ``KeyRotation.status`` names them); a record
+        (or a path's metadata) that cannot be read is counted as ``damaged#0``."""
         counts: Counter[str] = Counter()
-        for path, _, name in self._records():
+
+        def damaged(_key: str) -> None:
+            counts["damaged#0"] += 1
+        for path, _, name in self._records(damaged):
             record = self._record(path, name)
             kek_id, version = record.kek_version if record else ("damaged", 0)
             counts[str(version) if kek_id == self._kek_id() else f"{kek_id}#{version}"] += 1
         return counts
 
-    def rewrap(self) -> int:
-        """Rewrap every record not under the primary KEK version; how many were."""
+    def rewrap(self, skipped: list[str] | None = None) -> int:
+        """Rewrap every record not under the primary KEK version; how many were.
+
+        A record that cannot be rewrapped (damaged, or its path's metadata is) is skipped: its
+        object name ("bucket/key") is appended to ``skipped`` and logged, never key material,
+        and the others go on. An unreachable KEK still raises: retrying later helps."""
         primary, done = self.keys.primary_version(), 0
-        for path, version, name in self._records():
+
+        def skip(key: str) -> None:
+            log.warning("rewrap_skipped", bucket=INTERNAL_BUCKET, key=key,
+                        reason="the secret record cannot be opened")
+            if skipped is not None:
+                skipped.append(f"{INTERNAL_BUCKET}/{key}")
+        for path, version, name in self._records(skip):
             key = data_prefix(path) + name
-            found = read_object(self.store, INTERNAL_BUCKET, key)
-            if found is None:
-                continue  # destroyed meanwhile
-            record = sealed.SecretRecord.decode(found[0])
-            if record.kek_version == (self._kek_id(), primary):
+            try:
+                found = read_object(self.store, INTERNAL_BUCKET, key)
+                if found is None:
+                    continue  # destroyed meanwhile
+                record = sealed.SecretRecord.decode(found[0])
+                if record.kek_version == (self._kek_id(), primary):
+                    continue
+                fresh = sealed.rewrap(self.keys, record, path, version)
+            except KeyUnavailable:
+                raise
+            except (SealError, VaultError):
+                skip(key)
                 continue
-            fresh = sealed.rewrap(self.keys, record, path, version)
             try:
                 write_object(self.store, INTERNAL_BUCKET, key, fresh.encode(), "application/json",
                              WriteCondition(if_match=found[1].etag))
@@ -338,7 +359,10 @@ class Secrets:
                               f"{str(exc).rstrip('.')}.") from None
 
     def _record(self, path: str, name: str) -> sealed.SecretRecord | None:
-        found = read_object(self.store, INTERNAL_BUCKET, data_prefix(path) + name)
+        try:
+            found = read_object(self.store, INTERNAL_BUCKET, data_prefix(path) + name)
+        except SealError:
+            return None  # its object fails the store's seal: damaged
         if found is None:
             return None
         try:
@@ -346,14 +370,21 @@ class Secrets:
         except IntegrityError:
             return None
 
-    def _records(self) -> Iterator[tuple[str, int, str]]:
-        """(path, version, record name) of every readable version, path by path."""
+    def _records(self, damaged: Callable[[str], None] | None = None) -> Iterator[tuple[str, int, str]]:
+        """(path, version, record name) of every readable version, path by path. A path whose
+        metadata cannot be read is passed (its object key) to ``damaged``, or raises."""
         after = ""
         while True:
             page = self.store.list_objects(INTERNAL_BUCKET, META_PREFIX, after=after, limit=MAX_LIST)
             for entry in page.entries:
                 path = path_of_meta(entry.key)
-                meta = self._read(path)[0] if path else None
+                try:
+                    meta = self._read(path)[0] if path else None
+                except (SealError, SecretError) as exc:
+                    if damaged is None or (isinstance(exc, SecretError) and exc.code != "SecretDamaged"):
+                        raise
+                    damaged(entry.key)
+                    continue
                 for n, e in sorted(meta.versions.items()) if meta else ():
                     if e.record:
                         yield meta.path, n, e.record

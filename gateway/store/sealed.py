@@ -36,6 +36,7 @@ from vault import stream
 from vault.errors import KeyUnavailable, VaultError
 from vault.keys import KeyProvider, WrappedKey
 
+from ..logs import log
 from .base import (
     BucketInfo,
     Finalizer,
@@ -247,7 +248,24 @@ class SealedStore:
 
         info = self.inner.put_object(bucket, key, stream.SealingReader(dek, body), stored,
                                      condition, reseal if finalize is not None else None)
+        if WrappedKey.decode(stored.sealed or "").version != self.keys.primary_version():
+            self._rewrap_late(bucket, key, dek, info.etag)
         return replace(info, size=plain_size(info.size, info.etag), meta=meta)
+
+    def _rewrap_late(self, bucket: str, key: str, dek: bytes, etag: str) -> None:
+        """The KEK was rotated while this upload ran: its data key was wrapped under the old
+        version, which a rewrap and a retire may have passed meanwhile. Wrap it again now,
+        from the key still in hand (the old version may be retired already)."""
+        try:
+            current = self.inner.head_object(bucket, key)
+            if current.etag != etag:
+                return  # replaced since, by a writer that used the primary
+            self._replace_meta(current, replace(current.meta,
+                                                sealed=self.keys.wrap(dek, identity(bucket, key)).encode()))
+        except PreconditionFailed:
+            return
+        except StoreError as exc:  # the next rewrap run takes it; retire refuses until then
+            log.warning("late_rewrap_failed", bucket=bucket, error=exc.__class__.__name__)
 
     def head_object(self, bucket: str, key: str) -> ObjectInfo:
         return self._object(self.inner.head_object(bucket, key))[1]
