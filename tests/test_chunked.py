@@ -315,7 +315,7 @@ def test_signed_trailer_with_several_headers_is_sorted_for_signing():
     trailers = {"x-amz-checksum-sha256": "b", "x-amz-checksum-crc32": "a"}
     body = sign_body([b"data"], ctx_now(), trailers)
     reader = AwsChunkedReader(io.BytesIO(body), signing=ctx_now(), trailer=True,
-                              decoded_length=4)
+                              decoded_length=4, declared_trailers=list(trailers))
     assert drain(reader, 100) == b"data"
     assert reader.trailers == trailers
 
@@ -359,7 +359,8 @@ def test_unsigned_trailer_crc32():
 
 def test_unsigned_trailer_without_final_crlf():
     body = unsigned_body([b"abc"], {"x-amz-checksum-crc32": crc32_b64(b"abc")}, end=b"")
-    reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3)
+    reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3,
+                              declared_trailers=["x-amz-checksum-crc32"])
     assert drain(reader, 10) == b"abc"
     assert reader.trailers["x-amz-checksum-crc32"] == crc32_b64(b"abc")
 
@@ -367,7 +368,8 @@ def test_unsigned_trailer_without_final_crlf():
 def test_blank_line_between_final_chunk_and_trailer_is_tolerated():
     body = unsigned_body([b"abc"], {"x-amz-checksum-crc32": crc32_b64(b"abc")})
     body = body.replace(b"0\r\n", b"0\r\n\r\n", 1)
-    reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3)
+    reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3,
+                              declared_trailers=["x-amz-checksum-crc32"])
     assert drain(reader, 10) == b"abc"
     assert reader.trailers == {"x-amz-checksum-crc32": crc32_b64(b"abc")}
 
@@ -380,9 +382,19 @@ def test_no_trailer_at_all_is_accepted_when_none_declared():
 
 def test_unsigned_trailer_names_are_lowercased_and_values_trimmed():
     body = unsigned_body([b"abc"], {"X-Amz-Checksum-CRC32": "  " + crc32_b64(b"abc") + " "})
-    reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3)
+    reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3,
+                              declared_trailers=["X-Amz-Checksum-CRC32"])
     drain(reader, 10)
     assert reader.trailers == {"x-amz-checksum-crc32": crc32_b64(b"abc")}
+
+
+def test_a_checksum_trailer_not_declared_is_refused_not_skipped():
+    """It could not be computed while the body streamed: skipping it would let any value pass."""
+    body = unsigned_body([b"abc"], {"x-amz-checksum-crc32": crc32_b64(b"xyz")})
+    for declared in ([], ["x-amz-checksum-crc32c"]):
+        reader = AwsChunkedReader(io.BytesIO(body), signing=None, trailer=True, decoded_length=3,
+                                  declared_trailers=declared)
+        assert fail(reader).code == "MalformedTrailerError"
 
 
 def test_declared_trailer_missing():
@@ -427,7 +439,7 @@ def test_botocore_wrapper_with_corrupted_data_fails_checksum():
                                        checksum_name="x-amz-checksum-crc32").read())
     body[100] = ord("Q")
     reader = AwsChunkedReader(io.BytesIO(bytes(body)), signing=None, trailer=True,
-                              decoded_length=len(payload))
+                              decoded_length=len(payload), declared_trailers=["x-amz-checksum-crc32"])
     verifying = checksums.VerifyingReader(reader, content_md5=None, algorithms=["CRC32"],
                                           expected=lambda: reader.trailers, expected_size=None)
     with pytest.raises(checksums.BadDigest) as err:

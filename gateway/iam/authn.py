@@ -51,7 +51,7 @@ class Authenticator:
                 raise AuthError("InvalidArgument", "Only one auth mechanism allowed; only the "
                                 "X-Amz-Algorithm query parameter or the Authorization header may be "
                                 "specified.", 400)
-            return self._sigv4(sigv4.parse_presigned(query), method, raw_path, raw_query, headers)
+            return self._sigv4(sigv4.parse_presigned(query, headers), method, raw_path, raw_query, headers)
         if authorization.startswith("AWS4-HMAC-SHA256"):
             return self._sigv4(sigv4.parse_authorization(headers), method, raw_path, raw_query, headers)
         if authorization.startswith("Bearer "):

@@ -279,6 +279,11 @@ class AwsChunkedReader:
             raise _malformed("too many trailer lines")
         if self._signing is not None:
             self._verify_trailer(received, signature)
+        undeclared = sorted(n for n in received
+                            if n.startswith("x-amz-checksum-") and n not in self._declared)
+        if undeclared:  # it could not be computed as the body streamed: refuse rather than skip it
+            raise ChunkedError("MalformedTrailerError", "The request contained trailing data that "
+                               f"was not declared in x-amz-trailer: {', '.join(undeclared)}")
         self.trailers = {n: v for n, v in received.items()
                          if not self._declared or n in self._declared}
         missing = [n for n in self._declared if n not in self.trailers]

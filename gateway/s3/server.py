@@ -151,7 +151,7 @@ class S3App:
             return None
         length = req.headers.get("content-length")
         if length is not None and length.isdigit() and int(length) <= SMALL_BODY:
-            return BufferedBody(await _receive_all(receive, int(length)))
+            return BufferedBody(await _receive_all(receive, int(length), self.body_timeout))
         expected = int(length) if length is not None and length.isdigit() else None
         return ReceiveReader(receive, loop, expected, timeout=self.body_timeout)
 
@@ -299,8 +299,14 @@ async def _wait_disconnect(receive) -> None:
         pass
 
 
-async def _receive_all(receive, length: int) -> bytes:
-    data, _ = await receive_some(receive, float("inf"))
+async def _receive_all(receive, length: int, timeout: float) -> bytes:
+    """A small body whole; one that stalls for ``timeout`` seconds is refused (400), so a
+    caller cannot hold a request open by sending less than it declared."""
+    try:
+        data, _ = await asyncio.wait_for(receive_some(receive, float("inf")), timeout)
+    except TimeoutError:
+        raise S3Error("RequestTimeout", "Your socket connection to the server was not read from or "
+                      "written to within the timeout period.") from None
     if len(data) < length:
         raise S3Error("IncompleteBody", "You did not provide the number of bytes specified by the "
                       "Content-Length HTTP header.")

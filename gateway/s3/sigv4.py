@@ -394,7 +394,11 @@ def _presigned_payload(query: Mapping[str, str], signed: tuple[str, ...],
         if key.lower() == "x-amz-content-sha256":
             return _check_payload_hash(value.strip())
     if headers and "x-amz-content-sha256" in signed and "x-amz-content-sha256" in headers:
-        return _check_payload_hash(headers["x-amz-content-sha256"].strip())
+        value = _check_payload_hash(headers["x-amz-content-sha256"].strip())
+        if value.startswith("STREAMING-"):
+            raise AuthError("NotImplemented", "A presigned URL takes the plain body, not aws-chunked "
+                            f"({value}); send the bytes as they are.", 501)
+        return value  # the body must hash to it, as with a signed header
     return UNSIGNED_PAYLOAD
 
 
@@ -447,12 +451,18 @@ def _check_time(req: SignedRequest, now: float) -> None:
                                  "MaxAllowedSkewMilliseconds": str(MAX_SKEW_SECONDS * 1000)})
 
 
+def _unsigned_marker(value: object) -> bool:
+    """A presigned request may carry ``x-amz-content-sha256: UNSIGNED-PAYLOAD`` unsigned (some
+    SDKs add it); any other value must be signed, or a URL signed for one content takes any."""
+    return isinstance(value, str) and value.strip() == UNSIGNED_PAYLOAD
+
+
 def _check_unsigned_amz_headers(req: SignedRequest, headers: Mapping[str, object]) -> None:
     """S3 requires every x-amz-* header to be signed, so a presigned URL cannot be
     repurposed (e.g. turned into a copy with an added x-amz-copy-source)."""
     signed = req.signed_headers
     unsigned = [n for n in headers if n.startswith("x-amz-") and n not in signed
-                and not (req.presigned and n == "x-amz-content-sha256")]
+                and not (req.presigned and n == "x-amz-content-sha256" and _unsigned_marker(headers[n]))]
     if unsigned:
         raise AuthError("AccessDenied", "There were headers present in the request which "
                         "were not signed: " + ", ".join(sorted(unsigned)),

@@ -88,6 +88,10 @@ class InvalidPartOrder(StoreError):
     code = "InvalidPartOrder"
 
 
+#: S3's smallest part but the last of a multipart upload (of the client's bytes).
+MIN_PART_SIZE = 5 * 1024 * 1024
+
+
 class EntityTooSmall(StoreError):
     """Your proposed upload is smaller than the minimum allowed object size."""
 

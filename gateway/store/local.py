@@ -36,6 +36,7 @@ from pathlib import Path
 import orjson
 
 from .base import (
+    MIN_PART_SIZE,
     BucketAlreadyExists,
     BucketInfo,
     BucketNotEmpty,
@@ -63,7 +64,6 @@ from .base import (
 #: Objects up to this size live inside the index: one fsync per PUT, one read per GET.
 INLINE_LIMIT = 128 * 1024
 #: Every part but the last must be at least this large (AWS's rule).
-MIN_PART_SIZE = 5 * 1024 * 1024
 READ_CHUNK = 1024 * 1024
 
 _SCHEMA = """
@@ -663,16 +663,18 @@ class LocalStore:
         except NoSuchUpload:
             # Completed already (this is a retry, or lost a race with an identical
             # Complete): answer with that object while it is current. Aborted: 404.
-            return self._completed_before(bucket, key, upload_id)
+            return self._completed_before(bucket, key, upload_id, parts)
 
-    def _completed_before(self, bucket: str, key: str, upload_id: str) -> ObjectInfo:
+    def _completed_before(self, bucket: str, key: str, upload_id: str,
+                          parts: Sequence[tuple[int, str]]) -> ObjectInfo:
         """A retried Complete (its first response lost) gets the object it created.
 
-        Like S3, this holds only while that object is still the current one.
+        Like S3, this holds only while that object is still the current one, and only for
+        the same list of parts: another list names an upload that no longer exists.
         """
         row = self._db().execute("SELECT etag FROM completed WHERE upload_id=? AND bucket=? AND key=?",
                                  (upload_id, bucket, key.encode())).fetchone()
-        if row is not None:
+        if row is not None and _multipart_etag(parts) == row[0]:
             try:
                 info = self.head_object(bucket, key)
             except NoSuchKey:
@@ -770,6 +772,15 @@ def _check_upload_unchanged(db: sqlite3.Connection, upload_id: str, files: list)
     if not {path for path, _ in files} <= current:
         raise InvalidPart("A part was uploaded again while the upload was being completed; "
                           "list the parts and complete again.")
+
+
+def _multipart_etag(parts: Sequence[tuple[int, str]]) -> str | None:
+    """The ETag a Complete of these (number, part ETag) pairs makes; None if one is not an MD5."""
+    try:
+        md5s = b"".join(bytes.fromhex(etag.strip('"')) for _, etag in parts)
+    except ValueError:
+        return None
+    return f"{hashlib.md5(md5s).hexdigest()}-{len(parts)}"
 
 
 def _check_parts(parts: Sequence[tuple[int, str]], stored: dict[int, PartInfo]) -> list[PartInfo]:

@@ -25,7 +25,23 @@ def _max_keys(req: Request) -> int:
     return min(value, MAX_KEYS)
 
 
+#: Listing parameters that name keys: they must be UTF-8, as keys are.
+_KEY_PARAMS = ("prefix", "delimiter", "marker", "start-after")
+
+
+def _check_key_params(req: Request) -> None:
+    for name in _KEY_PARAMS:
+        value = req.query.get(name)
+        if value:
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                raise S3Error("InvalidArgument", f"{name} is not valid UTF-8 once percent-decoded; "
+                              "keys are UTF-8.") from None
+
+
 def _encoder(req: Request) -> Encoder:
+    _check_key_params(req)
     encoding = req.query.get("encoding-type")
     if encoding not in (None, "url"):
         raise S3Error("InvalidArgument", "Invalid Encoding Method specified in Request: only 'url' "
@@ -98,6 +114,6 @@ def _encode_token(after: str) -> str:
 
 def _decode_token(token: str) -> str:
     try:
-        return base64.urlsafe_b64decode(token.encode()).decode()
+        return base64.b64decode(token.encode(), altchars=b"-_", validate=True).decode()
     except (binascii.Error, UnicodeDecodeError, ValueError):
         raise S3Error("InvalidArgument", "The continuation token provided is incorrect.") from None
