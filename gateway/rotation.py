@@ -145,6 +145,7 @@ class KeyRotation:
             raise RotationError(f"KEK version {version} is still in use: " + "; and ".join(refusals),
                                 code="DeleteConflict", status=409)
         retire(version)
+        self.sealed.forget_opened()  # data keys opened under the version before it was retired
         return {"retired": version, "primary": self.keys.primary_version()}
 
     def rewrap(self, resume: bool, limit: int) -> RewrapBatch:

@@ -468,6 +468,12 @@ class SealedStore:
 
     # -- rotation -----------------------------------------------------------------------------
 
+    def forget_opened(self) -> None:
+        """Drop the data keys kept in memory (after a KEK version is retired, nothing may open
+        with it any more, cached or not)."""
+        with self._lock:
+            self._opened.clear()
+
     def key_version(self, bucket: str, key: str) -> tuple[str, int] | None:
         """Which KEK (id, version) wraps an object's data key; None for an unsealed object."""
         stored = self.inner.head_object(bucket, key).meta.sealed
