@@ -309,6 +309,9 @@ def session_ids(client: SearchClient, session: str) -> list[str]:
 
 def test_a_restart_mid_stream_loses_and_duplicates_nothing(tmp_path):
     gw = Gateway(tmp_path / "data").start()
+    # the first snapshot (of the empty store) is what the restart restores; a kill before it
+    # is published leaves nothing to restore, and the restart rightly rebuilds
+    wait_for(lambda: (searcher(gw).status().get("snapshot") or {}).get("seq"), "a first snapshot")
     session = uid("stream")
     acked, lock, stop = [], threading.Lock(), threading.Event()
     bio = BioClient(gw.endpoint, gw.access_key, gw.secret_key, timeout=5)
