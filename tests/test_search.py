@@ -57,6 +57,10 @@ def wait_for(probe, what: str, deadline: float = DEADLINE):
     raise AssertionError(f"{what}: not within {deadline} s (last: {last!r})")
 
 
+def wait_for_first_snapshot(gw: Gateway) -> None:
+    wait_for(lambda: (searcher(gw).status().get("snapshot") or {}).get("seq"), "a first snapshot")
+
+
 def found(client: SearchClient, q: str, **filters):
     result = client.search(q, **filters)
     return result if result["hits"] else None
@@ -311,7 +315,7 @@ def test_a_restart_mid_stream_loses_and_duplicates_nothing(tmp_path):
     gw = Gateway(tmp_path / "data").start()
     # the first snapshot (of the empty store) is what the restart restores; a kill before it
     # is published leaves nothing to restore, and the restart rightly rebuilds
-    wait_for(lambda: (searcher(gw).status().get("snapshot") or {}).get("seq"), "a first snapshot")
+    wait_for_first_snapshot(gw)
     session = uid("stream")
     acked, lock, stop = [], threading.Lock(), threading.Event()
     bio = BioClient(gw.endpoint, gw.access_key, gw.secret_key, timeout=5)
@@ -417,7 +421,7 @@ def test_a_gateway_without_index_writing_leaves_the_log_to_the_next_writer(tmp_p
     data = tmp_path / "data"
     gw = Gateway(data).start()
     try:  # a writer publishes the first snapshot of the empty store
-        wait_for(lambda: (searcher(gw).status().get("snapshot") or {}).get("seq"), "a first snapshot")
+        wait_for_first_snapshot(gw)
     finally:
         gw.stop()
     w = word()

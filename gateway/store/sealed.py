@@ -260,12 +260,8 @@ class SealedStore:
         from the key still in hand (the old version may be retired already)."""
         try:
             current = self.inner.head_object(bucket, key)
-            if current.etag != etag:
-                return  # replaced since, by a writer that used the primary
-            self._replace_meta(current, replace(current.meta,
-                                                sealed=self.keys.wrap(dek, identity(bucket, key)).encode()))
-        except PreconditionFailed:
-            return
+            if current.etag == etag:  # else replaced since, by a writer that used the primary
+                self._wrap_again(current, dek, identity(bucket, key))
         except StoreError as exc:  # the next rewrap run takes it; retire refuses until then
             log.warning("late_rewrap_failed", bucket=bucket, error=exc.__class__.__name__)
 
@@ -494,9 +490,14 @@ class SealedStore:
             dek = self.keys.unwrap(wrapped, ident)
         except VaultError as exc:
             raise _store_error(exc, bucket, key) from None
-        stored = replace(sealed.meta, sealed=self.keys.wrap(dek, ident).encode())
+        return self._wrap_again(sealed, dek, ident)
+
+    def _wrap_again(self, current: ObjectInfo, dek: bytes, ident: bytes) -> bool:
+        """Store ``dek`` wrapped under the primary version on exactly the version ``current``;
+        False when it was replaced meanwhile (its writer used the primary)."""
+        stored = replace(current.meta, sealed=self.keys.wrap(dek, ident).encode())
         try:
-            self._replace_meta(sealed, stored)
+            self._replace_meta(current, stored)
         except PreconditionFailed:
             return False
         return True
