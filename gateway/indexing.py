@@ -521,6 +521,7 @@ class SearchIndex:
         access = self.tokens.access(principal, context)
         tokens = sorted(access.tokens)
         clean = {k: v for k, v in (filters or {}).items() if v not in (None, "", [])}
+        t_access, sent = time.perf_counter(), time.monotonic()
         try:
             found = self._workers.search(str(self._dir), self._generation, query or "", clean, tokens,
                                          limit, offset, access.exclusions)
@@ -533,7 +534,7 @@ class SearchIndex:
             result = searcher.search(query or "", clean, tokens, limit, offset, access.exclusions)
             found = {"hits": [hit.to_dict() for hit in result.hits], "count": result.count,
                      "warnings": result.warnings}
-        t_found = time.perf_counter()
+        t_found, got = time.perf_counter(), time.monotonic()
         hits, refused = [], 0
         for row in found["hits"]:
             if not self.tokens.hit_allowed(principal, row, context):
@@ -544,7 +545,11 @@ class SearchIndex:
         took = (time.perf_counter() - started) * 1000
         if took > SLOW_SEARCH_MS:
             # where the time went: in the worker (reload, search) or waiting in this process
-            log.info("search_slow", took_ms=round(took, 1), worker=found.get("timing"),
+            timing = found.get("timing") or {}
+            log.info("search_slow", took_ms=round(took, 1), access_ms=round((t_access - started) * 1000, 1),
+                     to_worker_ms=round((timing.get("received", sent) - sent) * 1000, 1),
+                     reload_ms=timing.get("reload_ms"), search_ms=timing.get("search_ms"),
+                     from_worker_ms=round((got - timing.get("answered", got)) * 1000, 1),
                      wait_ms=round((t_found - started) * 1000, 1), hits=len(hits))
         return {"hits": hits, "count": max(0, found["count"] - refused),
                 "took_ms": round(took, 3),

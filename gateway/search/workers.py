@@ -170,6 +170,7 @@ def _serve(conn: Any) -> None:
 
 def _search(opened: dict[str, Any], directory: str, generation: int, query: str, filters: dict,
             tokens: list[str], limit: int, offset: int, exclusions: tuple[Exclusion, ...]) -> dict:
+    received = time.monotonic()
     t0 = time.perf_counter()
     searcher = _searcher(opened, directory, generation)
     t1 = time.perf_counter()
@@ -177,7 +178,8 @@ def _search(opened: dict[str, Any], directory: str, generation: int, query: str,
     t2 = time.perf_counter()
     return {"hits": [hit.to_dict() for hit in result.hits], "count": result.count,
             "warnings": result.warnings,
-            "timing": {"reload_ms": round((t1 - t0) * 1000, 3), "search_ms": round((t2 - t1) * 1000, 3)}}
+            "timing": {"reload_ms": round((t1 - t0) * 1000, 3), "search_ms": round((t2 - t1) * 1000, 3),
+                       "received": received, "answered": time.monotonic()}}
 
 
 def _searcher(opened: dict[str, Any], directory: str, generation: int) -> IndexSearcher:
