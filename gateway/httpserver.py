@@ -122,7 +122,7 @@ GIL_SWITCH_SECONDS = 0.001
 #: and young collections every 700 allocations took another 1.8 s. With these thresholds
 #: young collections run every 20,000 net allocations and older ones rarely; the same
 #: load spent 0.4 s in the collector, acknowledged 15-20% more events per second, and
-#: search p99 while indexing fell from 140-165 ms to 70-77 ms (bench/README.md).
+#: search p99 while indexing fell from 71-195 ms to 46-122 ms (README, "Where searches run").
 #: Cycles are still collected: most die young, the rest at the rarer older collections.
 GC_THRESHOLDS = (20_000, 50, 100)
 
