@@ -19,12 +19,16 @@ from . import layout
 from .layout import Positions
 from .records import Record, decode, encoded_size
 
-#: Decoded records kept in memory across all cached objects (about 1 KB each as dicts), and
-#: their size as stored (uncompressed NDJSON; in memory about three times that): enough for
-#: the tail between compactions (5 s) at 20,000 events/s plus their audit records, so neither
-#: the compactor nor the indexer reads back what this gateway just wrote.
-CACHE_RECORDS = 120_000
-CACHE_BYTES = 48 * 1024 * 1024
+#: Decoded records kept in memory across all cached objects, and their size as stored
+#: (uncompressed NDJSON; as dicts in memory about 1.8 times that: 1,973 bytes for a 1,103-byte
+#: event). Enough for the tail the compactor (every 5 s) and the index pipeline (a snapshot
+#: every 5 s) have not passed yet at 15,000 events/s of ~1 KB, so neither reads back what this
+#: gateway just wrote; the log collector drops an object from the cache once both have passed
+#: it, so the cache is this full only under heavy ingest (at most ~230 MB). At 48 MiB, 90% of
+#: the log objects of a 9,000 events/s ingest were evicted before one of the two had read them,
+#: and each was fetched, unsealed, decompressed and parsed again.
+CACHE_RECORDS = 150_000
+CACHE_BYTES = 128 * 1024 * 1024
 _PAGE = 1000
 #: Log objects fetched at once when catching up (an upstream S3 answers each in milliseconds).
 FETCH_PARALLEL = 16
