@@ -544,7 +544,8 @@ class SearchIndex:
             hits.append(row)
         took = (time.perf_counter() - started) * 1000
         if took > SLOW_SEARCH_MS:
-            # where the time went: in the worker (reload, search) or waiting in this process
+            # where the time went: the caller's tokens, the pipe to the worker, its reload and
+            # search, the pipe back (monotonic clocks agree across processes on one host)
             timing = found.get("timing") or {}
             log.info("search_slow", took_ms=round(took, 1), access_ms=round((t_access - started) * 1000, 1),
                      to_worker_ms=round((timing.get("received", sent) - sent) * 1000, 1),
