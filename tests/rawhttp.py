@@ -60,10 +60,10 @@ def request(port: int, method: str, path: str, headers: dict[str, str], body: by
         sock.sendall(data)
         if close_after is not None:
             sock.shutdown(socket.SHUT_WR)
-        return _read_response(sock, method)
+        return read_response(sock, method)
 
 
-def _read_response(sock: socket.socket, method: str) -> tuple[int, dict, bytes]:
+def read_response(sock: socket.socket, method: str) -> tuple[int, dict, bytes]:
     buf = b""
     while b"\r\n\r\n" not in buf:
         chunk = sock.recv(65536)

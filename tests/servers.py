@@ -29,7 +29,7 @@ class Gateway:
 
     data: Path
     access_key: str = "AKORGMEMTEST000000001"
-    secret_key: str = "orgmem-test-secret-key-0000000000000000"
+    secret_key: str = field(default="orgmem-test-secret-key-0000000000000000", repr=False)
     port: int = field(default_factory=free_port)
     tls: tuple[str, str] | None = None
     extra_args: list[str] = field(default_factory=list)
@@ -132,7 +132,7 @@ class Seaweed:
 
     dir: Path
     access_key: str = "AKSEAWEEDTEST0000001"
-    secret_key: str = "seaweed-test-secret-key-000000000000000"
+    secret_key: str = field(default="seaweed-test-secret-key-000000000000000", repr=False)
     ports: list[int] = field(default_factory=list)
     proc: subprocess.Popen | None = None
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import socket
 import time
 import urllib.error
 import urllib.request
@@ -12,7 +13,7 @@ import zlib
 import boto3
 import pytest
 from botocore.config import Config
-from rawhttp import EMPTY_SHA256, error_code, request, sign
+from rawhttp import EMPTY_SHA256, error_code, read_response, request, sign
 
 
 def _keys(s3, bucket) -> list[str]:
@@ -323,3 +324,46 @@ def test_signed_streaming_upload_with_tampered_chunk(gateway, s3, bucket):
     status, _, body = _signed_streaming_put(gateway, bucket, "tampered", payload, tamper=True)
     assert (status, error_code(body)) == (403, "SignatureDoesNotMatch")
     assert _keys(s3, bucket) == []
+
+
+def _put_then_list(gateway, bucket: str, size: int) -> tuple[tuple[int, dict, bytes], tuple[int, dict, bytes] | None]:
+    """A PUT of ``size`` bytes to ``bucket`` without Expect: 100-continue, sent whole, then a
+    ListBuckets on the same connection (None if the gateway closed it)."""
+    body = b"x" * size
+    headers = _signed(gateway, "PUT", f"/{bucket}/k", body, payload_hash="UNSIGNED-PAYLOAD")
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=20) as sock:
+        sock.sendall(f"PUT /{bucket}/k HTTP/1.1\r\n{head}\r\n".encode() + body)
+        first = read_response(sock, "PUT")
+        if first[1].get("connection") == "close":
+            return first, None
+        listing = _signed(gateway, "GET", "/")
+        sock.sendall(("GET / HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in listing.items())
+                      + "\r\n").encode())
+        return first, read_response(sock, "GET")
+
+
+def test_an_early_answer_reaches_a_client_still_sending_its_body(gateway):
+    """NoSuchBucket is decided before the body is read. Closing over 6 MiB of unread body
+    reset the connection under a client still sending it (httpx saw a ReadError, not the
+    404); the gateway now reads the rest of a body of up to 8 MiB first, and the
+    connection stays usable."""
+    (status, headers, body), after = _put_then_list(gateway, "no-such-bucket-drain", 6 * 1024 * 1024)
+    assert status == 404 and error_code(body) == "NoSuchBucket"
+    assert headers.get("connection") != "close"
+    assert after is not None and after[0] == 200 and b"<ListAllMyBucketsResult" in after[2]
+
+
+def test_an_early_answer_to_a_body_over_the_drain_limit_closes(gateway):
+    """Past the limit the gateway does not read a body it will not store: it answers and
+    closes (a client that sends everything anyway may see a reset instead of the answer)."""
+    from gateway.s3.server import DRAIN_LIMIT
+
+    headers = _signed(gateway, "PUT", "/no-such-bucket-drain/k", payload_hash="UNSIGNED-PAYLOAD",
+                      headers={"content-length": str(DRAIN_LIMIT + 2 * 1024 * 1024)})
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    with socket.create_connection(("127.0.0.1", gateway.port), timeout=20) as sock:
+        sock.sendall(f"PUT /no-such-bucket-drain/k HTTP/1.1\r\n{head}\r\n".encode() + b"x" * 1024)
+        status, answer, body = read_response(sock, "PUT")  # answered without waiting for the rest
+    assert status == 404 and error_code(body) == "NoSuchBucket"
+    assert answer.get("connection") == "close"

@@ -12,7 +12,7 @@ import urllib.error
 import urllib.request
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
@@ -54,7 +54,7 @@ def admin(gw):
 class Agent:
     name: str
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)  # never in a failure's output
     sdk: orgmem.Client
 
     @property

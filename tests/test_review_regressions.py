@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from botocore.exceptions import ClientError
 from conftest import make_client
-from rawhttp import _read_response, error_code, request, sign
+from rawhttp import error_code, read_response, request, sign
 from servers import Gateway
 
 MIB = 1024 * 1024
@@ -122,7 +122,7 @@ def _put_raw_path(gateway, raw_path, headers, body):
     lines = [f"PUT {raw_path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-        return _read_response(sock, "PUT")
+        return read_response(sock, "PUT")
 
 
 @pytest.mark.parametrize("case", ["non-ascii-key", "bad-length", "control-char"])
@@ -159,7 +159,7 @@ def test_stalled_upload_times_out_and_frees_its_worker(tmp_path):
         head = "PUT /stall/slow HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
         sock.sendall(head.encode() + b"\r\n" + b"x" * 400_000)
         sock.settimeout(15)
-        status, _, body = _read_response(sock, "PUT")
+        status, _, body = read_response(sock, "PUT")
         sock.close()
         assert (status, error_code(body)) == (400, "RequestTimeout")
         assert s3.list_objects_v2(Bucket="stall")["KeyCount"] == 0
@@ -192,7 +192,7 @@ def test_header_that_is_not_utf8_is_refused(gateway, s3, bucket):
     # content-type is not signed here, so the signature still matches; the value is what fails.
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
         sock.sendall(raw)
-        status, _, body = _read_response(sock, "PUT")
+        status, _, body = read_response(sock, "PUT")
     assert (status, error_code(body)) == (400, "InvalidArgument"), body
     assert s3.list_objects_v2(Bucket=bucket)["KeyCount"] == 0
 

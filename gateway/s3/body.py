@@ -108,6 +108,32 @@ class ReceiveReader:
         as this request's body, and that client would wait for an answer forever."""
         return not self._more
 
+    async def drain(self, limit: int, timeout: float) -> bool:
+        """Read and drop the rest of the body, on the event loop, after an answer given before
+        the handler read it (NoSuchBucket, AccessDenied...); True once it has all arrived.
+
+        Closing the connection over unread bytes makes the kernel reset it, and a client still
+        sending its body then loses the answer (it sees a reset, not the 404). So a body of at
+        most ``limit`` more bytes that arrives within ``timeout`` seconds is read to its end,
+        and the connection stays usable; anything larger or slower is cut off (False). The
+        caller never drains a client that waits for 100-continue: it has sent nothing, and
+        asking would make it send everything."""
+        if self._expected is not None and self._expected - self._received > limit:
+            return False
+        left = limit
+        try:
+            async with asyncio.timeout(timeout):
+                while self._more:
+                    data, self._more = await receive_some(self._receive, PULL_SIZE)
+                    self._received += len(data)
+                    left -= len(data)
+                    if left < 0:
+                        return False
+        except (TimeoutError, S3Error):  # too slow, or the client left
+            return False
+        self._pending = memoryview(b"")
+        return True
+
     def _read_all(self) -> bytes:
         parts = []
         while chunk := self.read(PULL_SIZE):

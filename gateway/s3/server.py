@@ -35,6 +35,10 @@ from .xml import error_document
 #: Bodies up to this size are received on the loop before the handler runs (and so
 #: before authentication: kept small, so unauthenticated clients pin little memory).
 SMALL_BODY = 64 * 1024
+#: An answer given before a body was read waits for at most this much more of it, for at
+#: most this long, so the client reads the answer instead of a reset (ReceiveReader.drain).
+DRAIN_LIMIT = 8 * 1024 * 1024
+DRAIN_SECONDS = 5.0
 #: Responses up to this size are read in the worker thread and sent in one write.
 SMALL_RESPONSE = 256 * 1024
 STREAM_CHUNK = 1024 * 1024
@@ -99,7 +103,8 @@ class S3App:
         except Exception as exc:  # noqa: BLE001 - every failure becomes an S3 error
             response, op_name = self._error_response(exc, req, request_id, scope), None
         response.headers.append(("x-amz-request-id", request_id))
-        if req is not None and isinstance(req.body, ReceiveReader) and not req.body.complete:
+        if req is not None and isinstance(req.body, ReceiveReader) and not req.body.complete \
+                and not await _drained(req):
             response.headers.append(("connection", "close"))  # see ReceiveReader.complete
         sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
         if not outcome.recorded:
@@ -291,6 +296,14 @@ def _header_bytes(value: str) -> bytes:
         return value.encode("ascii")
     raw = value.encode("utf-8", "surrogateescape")
     return b"=?UTF-8?B?" + base64.b64encode(raw) + b"?="
+
+
+async def _drained(req: Request) -> bool:
+    """Whether the unread rest of an answered request's body was read to its end, so the
+    answer reaches the client and the connection stays open (see ``ReceiveReader.drain``)."""
+    if req.headers.get("expect", "").strip().lower() == "100-continue":
+        return False  # the client sends nothing until told to, and we have answered instead
+    return await req.body.drain(DRAIN_LIMIT, DRAIN_SECONDS)
 
 
 async def _wait_disconnect(receive) -> None:
