@@ -729,3 +729,36 @@ def test_a_put_that_outlasts_rotate_rewrap_and_retire_is_wrapped_under_the_prima
     fresh = SealedStore(sealed.inner, FileKeyring(tmp_path / "ring.json"))  # nothing cached
     assert _sealed_read(fresh, "slow.bin") == b"z" * (3 * 1024 * 1024)
     sealed.close()
+
+
+def test_a_complete_racing_an_identical_one_answers_the_object(tmp_path, monkeypatch):
+    """Two identical Completes at once both answer the object (the README's promise for a
+    retried Complete). The one that lost could find the upload gone between reading it and
+    listing its parts to check their sizes, and answered 404 NoSuchUpload (test_stress
+    caught it once in a full run). Here the rival completes at exactly that moment."""
+    from gateway.store.base import ObjectMeta
+
+    sealed, _ = _local_sealed(tmp_path)
+    parts = [random.Random(3).randbytes(5 * 1024 * 1024), b"tail"]
+    up = sealed.create_multipart("b", "k", ObjectMeta())
+    done = [(n, sealed.upload_part("b", "k", up.upload_id, n, io.BytesIO(p), size=len(p)).etag)
+            for n, p in enumerate(parts, 1)]
+    list_parts = sealed.inner.list_parts
+    rival: list = []
+
+    def rival_wins_first(*args, **kwargs):
+        if not rival:
+            monkeypatch.setattr(sealed.inner, "list_parts", list_parts)
+            rival.append(sealed.complete_multipart("b", "k", up.upload_id, done))
+        return list_parts(*args, **kwargs)
+
+    monkeypatch.setattr(sealed.inner, "list_parts", rival_wins_first)
+    info = sealed.complete_multipart("b", "k", up.upload_id, done)
+    assert rival and info.etag == rival[0].etag == sealed.head_object("b", "k").etag
+    reader, chunks = sealed.open_object("b", "k", 0, None), []
+    try:
+        while chunk := reader.read(1024 * 1024):
+            chunks.append(chunk)
+    finally:
+        reader.close()
+    assert b"".join(chunks) == b"".join(parts)

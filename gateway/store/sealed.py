@@ -396,13 +396,13 @@ class SealedStore:
         to fewer parts on the backend no longer opens."""
         try:
             dek, upload = self._upload(bucket, key, upload_id)
+            self._check_part_sizes(bucket, key, upload_id, parts)
         except NoSuchUpload:
-            # Completed already (a retry whose first answer was lost): the backend answers
-            # with that object while it is current, without calling ``reseal``.
+            # Completed already (a retry whose first answer was lost, or an identical Complete
+            # that won between our two reads of the upload): the backend answers with that
+            # object while it is current, without calling ``reseal``.
             return self._object(self.inner.complete_multipart(bucket, key, upload_id, parts,
                                                               condition, None))[1]
-
-        self._check_part_sizes(bucket, key, upload_id, parts)
 
         def reseal(stored: ObjectMeta, chosen: Sequence[PartInfo]) -> ObjectMeta:
             plain = [replace(p, size=stream.part_plain_size(p.size),
