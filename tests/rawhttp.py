@@ -54,13 +54,18 @@ def request(port: int, method: str, path: str, headers: dict[str, str], body: by
     """Send one request over a raw socket; ``close_after`` stops sending the body early."""
     qs = "&".join(f"{_enc(k)}={_enc(v)}" if v != "" else _enc(k) for k, v in (query or {}).items())
     target = _enc(path, safe="/-_.~") + (f"?{qs}" if qs else "")
-    lines = [f"{method} {target} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
-    data = ("\r\n".join(lines) + "\r\n\r\n").encode() + body[:close_after]
+    data = head(method, target, headers) + body[:close_after]
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(data)
         if close_after is not None:
             sock.shutdown(socket.SHUT_WR)
         return read_response(sock, method)
+
+
+def head(method: str, target: str, headers: dict[str, str]) -> bytes:
+    """A request's line and headers, up to the blank line (``target`` already encoded)."""
+    lines = [f"{method} {target} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
 def read_response(sock: socket.socket, method: str) -> tuple[int, dict, bytes]:

@@ -13,7 +13,7 @@ import zlib
 import boto3
 import pytest
 from botocore.config import Config
-from rawhttp import EMPTY_SHA256, error_code, read_response, request, sign
+from rawhttp import EMPTY_SHA256, error_code, head, read_response, request, sign
 
 
 def _keys(s3, bucket) -> list[str]:
@@ -331,15 +331,12 @@ def _put_then_list(gateway, bucket: str, size: int) -> tuple[tuple[int, dict, by
     ListBuckets on the same connection (None if the gateway closed it)."""
     body = b"x" * size
     headers = _signed(gateway, "PUT", f"/{bucket}/k", body, payload_hash="UNSIGNED-PAYLOAD")
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=20) as sock:
-        sock.sendall(f"PUT /{bucket}/k HTTP/1.1\r\n{head}\r\n".encode() + body)
+        sock.sendall(head("PUT", f"/{bucket}/k", headers) + body)
         first = read_response(sock, "PUT")
         if first[1].get("connection") == "close":
             return first, None
-        listing = _signed(gateway, "GET", "/")
-        sock.sendall(("GET / HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in listing.items())
-                      + "\r\n").encode())
+        sock.sendall(head("GET", "/", _signed(gateway, "GET", "/")))
         return first, read_response(sock, "GET")
 
 
@@ -361,9 +358,8 @@ def test_an_early_answer_to_a_body_over_the_drain_limit_closes(gateway):
 
     headers = _signed(gateway, "PUT", "/no-such-bucket-drain/k", payload_hash="UNSIGNED-PAYLOAD",
                       headers={"content-length": str(DRAIN_LIMIT + 2 * 1024 * 1024)})
-    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=20) as sock:
-        sock.sendall(f"PUT /no-such-bucket-drain/k HTTP/1.1\r\n{head}\r\n".encode() + b"x" * 1024)
+        sock.sendall(head("PUT", "/no-such-bucket-drain/k", headers) + b"x" * 1024)
         status, answer, body = read_response(sock, "PUT")  # answered without waiting for the rest
     assert status == 404 and error_code(body) == "NoSuchBucket"
     assert answer.get("connection") == "close"

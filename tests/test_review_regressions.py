@@ -11,7 +11,7 @@ import urllib.request
 import pytest
 from botocore.exceptions import ClientError
 from conftest import make_client
-from rawhttp import error_code, read_response, request, sign
+from rawhttp import error_code, head, read_response, request, sign
 from servers import Gateway
 
 MIB = 1024 * 1024
@@ -119,9 +119,8 @@ def test_encoded_slash_in_path_verifies(gateway, s3, bucket):
 
 
 def _put_raw_path(gateway, raw_path, headers, body):
-    lines = [f"PUT {raw_path} HTTP/1.1"] + [f"{k}: {v}" for k, v in headers.items()]
     with socket.create_connection(("127.0.0.1", gateway.port), timeout=10) as sock:
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
+        sock.sendall(head("PUT", raw_path, headers) + body)
         return read_response(sock, "PUT")
 
 
@@ -156,8 +155,7 @@ def test_stalled_upload_times_out_and_frees_its_worker(tmp_path):
         headers = sign("PUT", "/stall/slow", {}, {"host": f"127.0.0.1:{gw.port}",
                        "content-length": str(10 * MIB)}, "UNSIGNED-PAYLOAD", gw.access_key, gw.secret_key)
         sock = socket.create_connection(("127.0.0.1", gw.port))
-        head = "PUT /stall/slow HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-        sock.sendall(head.encode() + b"\r\n" + b"x" * 400_000)
+        sock.sendall(head("PUT", "/stall/slow", headers) + b"x" * 400_000)
         sock.settimeout(15)
         status, _, body = read_response(sock, "PUT")
         sock.close()
