@@ -147,6 +147,8 @@ class SearchIndex:
         self._snapshot: dict[str, Any] = {}  # seq, created, docs of the snapshot this index is at
         self._last_try = self._last_renew = self._last_publish = 0.0
         self._rebuild_requested = False
+        #: an apply failed part way since the last commit: add nothing without its delete
+        self._careful = False
         self._closed = False
         self._step_lock = threading.Lock()
         self.stats: dict[str, Any] = {"started_from": None, "restores": 0, "restore_fetched_bytes": 0,
@@ -336,7 +338,7 @@ class SearchIndex:
                 self._backlog = True
                 break  # commit what we have; the next step goes on from here
             records += len(obj.records)
-            upserts, deletes = [], []
+            adds, upserts, deletes = [], [], []
             for record in obj.records:
                 try:
                     change = self.sources.from_record(record)
@@ -348,28 +350,46 @@ class SearchIndex:
                     continue
                 if change is None:
                     continue
-                (upserts if change[0] == "upsert" else deletes).append(change[1])
-            self._apply(upserts, deletes)
+                op, item = change
+                if op == "add" and not self._careful:
+                    adds.append(item)
+                elif op == "delete":
+                    deletes.append(item)
+                else:
+                    upserts.append(item)
+            try:
+                self._apply(adds, upserts, deletes)
+            except BaseException:
+                # part of the object may be in the writer: the next step applies it again, and
+                # until a commit has settled that, adds must not leave a second copy
+                self._careful = True
+                raise
             advance(self.positions, obj.writer, obj.seq)
-            changed = changed or bool(upserts or deletes)
-            if not (upserts or deletes):
+            changed = changed or bool(adds or upserts or deletes)
+            if not (adds or upserts or deletes):
                 self._dirty = True  # positions moved: the next snapshot says so
         if objects >= limit:
             self._backlog = True  # the log may hold more than one step reads
         return changed
 
-    def _apply(self, upserts: list, deletes: list) -> None:
+    def _apply(self, adds: list, upserts: list, deletes: list) -> None:
+        """``adds``: entries no other record holds (see ``BioRecord.fresh``), added without
+        the delete an upsert does first."""
         assert self._writer is not None
         if deletes:
             self._writer.delete(deletes)
             self.stats["deletes"] += len(deletes)
-        if upserts:
-            try:
+        try:
+            if upserts:
                 self._writer.upsert(upserts)
-            except (ValueError, TypeError):
-                self._upsert_each(upserts)  # upserts repeat harmlessly: redo them one by one
-                return
-            self.stats["upserts"] += len(upserts)
+            if adds:
+                self._writer.add(adds)
+        except (ValueError, TypeError):
+            # upserts repeat harmlessly (each deletes what an earlier try added): redo them all
+            # one by one, the adds as upserts too
+            self._upsert_each(upserts + adds)
+            return
+        self.stats["upserts"] += len(upserts) + len(adds)
 
     def _upsert_each(self, upserts: list) -> None:
         """Upsert one at a time, skipping the entries Tantivy refuses: one odd entry must not
@@ -387,6 +407,7 @@ class SearchIndex:
     def _commit(self) -> None:
         assert self._writer is not None
         self._writer.commit()
+        self._careful = False
         self._generation += 1
         self._dirty = True
         self.stats["commits"] += 1
@@ -451,8 +472,9 @@ class SearchIndex:
         for writer, seq in self.log.reader.pending({}):
             advance(target, writer, seq)
         self._writer.delete_all()
+        tail: Positions = {}
         phases: list[tuple[str, Iterable]] = [
-            ("event", self._all_events()), ("memory", self.sources.all_memory()),
+            ("event", self._all_events(tail)), ("memory", self.sources.all_memory()),
             ("skill", self.sources.all_skills()), ("file", self.sources.all_files())]
         try:
             for phase, entries in phases:
@@ -480,6 +502,11 @@ class SearchIndex:
             self.progress = {"state": "failed", "error": f"{exc.__class__.__name__}: {str(exc)[:200]}",
                              "counts": counts, "started": started, "finished": time.time()}
             raise
+        # the event phase may have read log objects written since ``target`` was listed: the
+        # positions cover them, so a snapshot's positions say exactly which objects its index
+        # holds and nothing is read again (the later phases read their sources as they are now)
+        for writer, seq in tail.items():
+            advance(target, writer, seq)
         self.positions = target
         self._commit()
         self.stats["rebuilds"] += 1
@@ -489,7 +516,9 @@ class SearchIndex:
                  files=counts["file"], seconds=self.progress["seconds"])
         self._publish()
 
-    def _all_events(self) -> Iterator:
+    def _all_events(self, tail: Positions) -> Iterator:
+        """Every event's entry: the current segments, then the log past them (each object read
+        is recorded in ``tail``)."""
         bios = self.biographies
         for _ in range(5):  # a compaction between reading segments and the tail: read again
             snapshot = bios.snapshot()
@@ -501,6 +530,7 @@ class SearchIndex:
                 for record in obj.records:
                     if isinstance(record, BioRecord):
                         yield event_of(record.event)
+                advance(tail, obj.writer, obj.seq)
             if self.log.checkpoints.load("compactor").etag == snapshot.etag:
                 return
 

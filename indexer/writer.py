@@ -81,6 +81,18 @@ class IndexWriter:
             self._pending += n
         return n
 
+    def add(self, entries: Iterable[Entry]) -> int:
+        """Add entries the caller knows are not in the index (nor pending) under their source
+        reference: :meth:`upsert` without the delete, whose term lookup in every segment costs
+        about a quarter of the indexing CPU. Adding one twice leaves two documents."""
+        n = 0
+        with self._lock:
+            for entry in entries:
+                self._writer.add_document(entry.to_document())
+                n += 1
+            self._pending += n
+        return n
+
     def delete(self, sources: str | Iterable[str]) -> int:
         """Remove the entries with these source references; visible after :meth:`commit`."""
         if isinstance(sources, str):

@@ -106,7 +106,7 @@ def test_record_and_api_forms():
     api = e.to_api()
     assert api["ts"] == "2026-11-30T12:00:00.123456Z"
     assert api["data"] == FULL["data"] and api["redactions"] == 2
-    assert set(api) == set(Event.__slots__)
+    assert set(api) == set(Event.__slots__) - {"id_assigned"}  # bookkeeping, not a field
     assert one({"session": "s", "kind": "note", "content": ""}).to_record()["content"] == ""
 
 
@@ -327,6 +327,17 @@ def test_derived_ids_are_deterministic():
     assert kept[0].event_id == "mine"
     assert batch(orjson.dumps([BASE]), id_namespace="ns")[0].event_id == \
         batch(orjson.dumps([BASE]), id_namespace="ns")[0].event_id
+
+
+def test_only_ids_the_gateway_made_in_this_batch_are_marked_assigned():
+    """``id_assigned`` lets the search index add an event without deleting an earlier copy:
+    only an id made here and now is certain to have none."""
+    out = batch(ndjson(BASE, {**BASE, "event_id": "mine"}, {**BASE, "content": "x"}))
+    assert [e.id_assigned for e in out] == [True, False, True]
+    assert not any(e.id_assigned for e in batch(ndjson(BASE, BASE), id_namespace="s3:b/k"))
+    assert not any(e.id_assigned for e in batch(ndjson(BASE), default_id=lambda n: f"line-{n}"))
+    assert not Event.from_record(out[0].to_record()).id_assigned  # never a record field
+    assert "id_assigned" not in out[0].to_record()
 
 
 def test_default_id_callable():

@@ -53,6 +53,14 @@ def test_records_round_trip_through_one_object():
     assert decode(encode(records, "w1", 7), "w1", 7) == records
 
 
+def test_a_fresh_mark_travels_with_its_record_and_is_absent_by_default():
+    fresh = BioRecord(bio(2).event, fresh=True)
+    back = decode(encode([bio(1), fresh], "w1", 8), "w1", 8)
+    assert [r.fresh for r in back] == [False, True] and back[1].event == fresh.event
+    text = zstandard.ZstdDecompressor().decompress(encode([bio(1), fresh], "w1", 8)).split(b"\n")
+    assert b"fresh" not in text[1] and b'"fresh":true' in text[2]
+
+
 @pytest.mark.parametrize("damage", ["not zstd", "wrong name", "truncated", "bad json", "future format"])
 def test_damaged_log_objects_are_refused(damage):
     data = encode([bio(1), bio(2)], "w1", 3)

@@ -340,6 +340,54 @@ def test_a_restart_mid_stream_loses_and_duplicates_nothing(tmp_path):
         gw.stop()
 
 
+def test_rebuilds_while_events_stream_in_index_each_event_once(tmp_path):
+    """Events without ids get theirs from the gateway and are added to the index without a
+    delete first. A rebuild reads the log tail past the positions it listed at its start: its
+    positions must cover what it read, or those events would be added a second time."""
+    gw = Gateway(tmp_path / "data").start()
+    client = searcher(gw)
+    session = uid("rebuilt")
+    acked, lock, stop = [], threading.Lock(), threading.Event()
+    bio = BioClient(gw.endpoint, gw.access_key, gw.secret_key, timeout=10)
+
+    def stream() -> None:
+        n = 0
+        while not stop.is_set() and n < 8000:  # session_ids pages up to 10,000
+            batch = [{"agent": "streamer", "session": session, "kind": "note", "content": f"tick {n + i}"}
+                     for i in range(20)]
+            time.sleep(0.005)
+            ids = bio.put_events(batch)["event_ids"]
+            with lock:
+                acked.extend(ids)
+            n += 20
+
+    writer = threading.Thread(target=stream)
+    try:
+        wait_for(lambda: client.status()["role"] == "writer", "the index open")
+        # compacted history makes each rebuild read segments for a while before it lists the
+        # log tail, so the stream commits log objects in between
+        for k in range(20):
+            bio.put_events([{"agent": "history", "session": f"h{k}", "kind": "note", "content": f"old {i}"}
+                            for i in range(1000)])
+        status, _, _ = AdminClient(gw.endpoint, gw.access_key, gw.secret_key)._request("POST", "/v1/bio/compact")
+        assert status == 200
+        writer.start()
+        for rebuilds in (2, 3):  # the first was the empty store's
+            wait_for(lambda: len(acked) > 1000, "events streaming")
+            client.rebuild()
+            wait_for(lambda r=rebuilds: client.status()["stats"]["rebuilds"] >= r, "the rebuild")
+        writer.join(60)  # the stream goes on past the last rebuild
+        wait_for(lambda: len(session_ids(client, session)) >= len(acked), "every acknowledged event")
+        ids = session_ids(client, session)
+        assert len(ids) == len(set(ids)) == len(acked) and set(ids) == set(acked)
+        assert client.search("*", session=session)["count"] == len(acked)
+    finally:
+        stop.set()
+        if writer.is_alive():
+            writer.join(30)
+        gw.stop()
+
+
 def test_a_fresh_gateway_restores_the_snapshot_and_catches_up(tmp_path):
     gw = Gateway(tmp_path / "data").start()
     w1, w2 = word(), word()

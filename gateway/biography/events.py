@@ -105,6 +105,8 @@ class Event:
     trace_id: str | None = None  # 32 lowercase hex
     span_id: str | None = None   # 16 lowercase hex
     redactions: int = 0          # set by the server, never by a client
+    #: the gateway made ``event_id`` for this request (not a record field: see ``BioRecord.fresh``)
+    id_assigned: bool = field(default=False, compare=False)
 
     def to_record(self) -> dict:
         """A compact JSON-ready dict for the log: ``None``, no tags and zero redactions
@@ -679,13 +681,14 @@ def validate_batch(body: bytes, *, caller: str, now_us: int,
     - Events without ``event_id`` get ``default_id(line)``, or with ``id_namespace``
       (e.g. ``s3:<bucket>/<key>``) :func:`derived_event_id` of the namespace, the
       line and the line's bytes (canonical JSON of the event for a JSON array),
-      else :func:`new_event_id`.
+      else :func:`new_event_id` (and ``id_assigned``: no other event holds that id).
     - Two events with the same ``event_id`` are collapsed into the first when the
       client sent exactly the same object twice, and refused naming both lines
       when they differ.
     """
     items = _split(body, max_body=max_body, max_line=max_line, max_events=max_events)
-    if default_id is None and id_namespace is None:
+    assigns = default_id is None and id_namespace is None
+    if assigns:
         missing = sum(1 for _, raw, _ in items if isinstance(raw, dict) and raw.get("event_id") is None)
         fresh = iter(new_event_ids(now_us, missing))
         default_id = lambda _line: next(fresh)  # noqa: E731
@@ -699,6 +702,8 @@ def validate_batch(body: bytes, *, caller: str, now_us: int,
             derived = derived_event_id(id_namespace, line, line_bytes)
             ids = lambda _line, _id=derived: _id  # noqa: E731
         e = validate(raw, line, caller=caller, now_us=now_us + i, default_id=ids)
+        if assigns and raw.get("event_id") is None:
+            e.id_assigned = True
         prior = seen.get(e.event_id)
         if prior is None:
             seen[e.event_id] = (line, raw)

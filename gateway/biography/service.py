@@ -91,7 +91,7 @@ class Biographies:
         log fail midway, a retry is harmless: ids are stable and duplicates collapse."""
         for start in range(0, len(events), INGEST_SLICE):
             chunk = events[start:start + INGEST_SLICE]
-            self.log.append([BioRecord(self._redacted(e).to_record()) for e in chunk])
+            self.log.append([BioRecord(self._redacted(e).to_record(), e.id_assigned) for e in chunk])
         return [e.event_id for e in events]
 
     def note(self, events: list[Event]) -> None:

@@ -1,9 +1,11 @@
 """From log records and from the sources themselves to index entries.
 
-Each function returns what to do to the index for one item: ``("upsert", Entry)`` or
-``("delete", source_ref)``, or None when the item is not indexed. Every change is
-re-read from its source (the notice only says *what* changed), so replaying a stretch
-of the log, or reading a newer version than the notice named, gives the same index.
+Each function returns what to do to the index for one item: ``("upsert", Entry)``,
+``("add", Entry)`` for an event whose id no other record holds (``BioRecord.fresh``: the
+index may skip deleting an earlier copy) or ``("delete", source_ref)``, or None when the
+item is not indexed. Every change is re-read from its source (the notice only says *what*
+changed), so replaying a stretch of the log, or reading a newer version than the notice
+named, gives the same index.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class Sources:
 
     def from_record(self, record: Record) -> Change | None:
         if isinstance(record, BioRecord):
-            return ("upsert", event_of(record.event))
+            return ("add" if record.fresh else "upsert", event_of(record.event))
         if isinstance(record, DocChanged):
             if record.doc_type == "memory":
                 return self.memory_change(record.ref)

@@ -1,0 +1,97 @@
+"""The search pipeline's exactly-once rules, driven one step at a time in-process.
+
+Events whose ids the gateway assigned are added to the index without the delete an
+upsert does first (``BioRecord.fresh``). That is only safe while nothing of theirs can
+be in the index already; these tests break an apply part way and check that the
+retry leaves one copy of each event. (Rebuilds under a stream of events, restarts and
+take-overs are covered against real gateways in ``test_search.py``.)
+"""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+import pytest
+
+from gateway.app import build
+from gateway.biography.events import validate_batch
+from gateway.config import Config
+from gateway.search.tokens import ROOT_TOKEN
+from indexer.writer import IndexWriter
+
+ROOT_ACCESS = "AKIAPIPELINETEST0001"
+
+
+@pytest.fixture
+def gw(tmp_path):
+    g = build(Config(data=str(tmp_path / "data")), ROOT_ACCESS, "p" * 40)
+    g.durable_log.start()
+    index = g.search_index
+    for _ in range(50):
+        index.step()
+        if index.role == "writer":
+            break
+        time.sleep(0.1)
+    assert index.role == "writer"
+    yield g
+    index.close()
+    g.durable_log.close()
+    g.executor.shutdown(wait=True)
+    g.store.close()
+
+
+def ingest(gw, n: int, session: str) -> list[str]:
+    body = b"\n".join(orjson.dumps({"session": session, "kind": "note", "content": f"line {i}"})
+                      for i in range(n))
+    events = validate_batch(body, caller="agent-1", now_us=int(time.time() * 1_000_000))
+    assert all(e.id_assigned for e in events)
+    return gw.biographies.ingest(events)
+
+
+def hits(index, session: str) -> int:
+    """Documents of ``session`` in the committed index, duplicates counted."""
+    searcher = index._searcher
+    searcher.reload()
+    return searcher.search(None, {"session": session}, tokens=[ROOT_TOKEN], limit=0).count
+
+
+def test_an_apply_that_fails_part_way_is_redone_without_a_second_copy(gw, monkeypatch):
+    index = gw.search_index
+    ingest(gw, 40, "first")
+    real_add = IndexWriter.add
+
+    def add_half_then_fail(self, entries):
+        entries = list(entries)
+        real_add(self, entries[: len(entries) // 2])
+        raise RuntimeError("the disk hiccupped")
+
+    monkeypatch.setattr(IndexWriter, "add", add_half_then_fail)
+    with pytest.raises(RuntimeError):
+        index.step()
+    monkeypatch.setattr(IndexWriter, "add", real_add)
+    index.step()  # the same object again, its events upserted this time, then a commit
+    assert hits(index, "first") == 40
+    assert not index._careful  # the commit settled it: the next events are added again
+    upserts = index.stats["upserts"]
+    ingest(gw, 10, "second")
+    index.step()
+    assert hits(index, "second") == 10 and hits(index, "first") == 40
+    assert index.stats["upserts"] == upserts + 10
+
+
+def test_an_entry_tantivy_refuses_is_skipped_and_the_rest_indexed_once(gw, monkeypatch):
+    """A refused entry sends the whole object through one-by-one upserts: those of its
+    events the failed batch call had added already must not stay twice."""
+    index = gw.search_index
+    ingest(gw, 30, "refused")
+    real_add = IndexWriter.add
+
+    def refuse_after_ten(self, entries):
+        entries = list(entries)
+        real_add(self, entries[:10])
+        raise ValueError("a value Tantivy will not take")
+
+    monkeypatch.setattr(IndexWriter, "add", refuse_after_ten)
+    index.step()
+    assert hits(index, "refused") == 30
