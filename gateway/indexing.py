@@ -149,6 +149,8 @@ class SearchIndex:
         self._rebuild_requested = False
         #: an apply failed part way since the last commit: add nothing without its delete
         self._careful = False
+        #: the positions the last commit (or the restored snapshot) covers: a rollback returns there
+        self._committed: Positions = {}
         self._closed = False
         self._step_lock = threading.Lock()
         self.stats: dict[str, Any] = {"started_from": None, "restores": 0, "restore_fetched_bytes": 0,
@@ -242,6 +244,7 @@ class SearchIndex:
         if restored is not None:
             self.positions = {w: int(s) for w, s in (restored.checkpoint.get("positions") or {}).items()}
             self._published = dict(self.positions)
+            self._committed = dict(self.positions)
             self._snapshot = _about(restored.manifest)
             self.stats["started_from"] = self.stats["started_from"] or "snapshot"
             self._last_publish = time.monotonic()
@@ -407,11 +410,21 @@ class SearchIndex:
     def _commit(self) -> None:
         assert self._writer is not None
         self._writer.commit()
+        self._committed = dict(self.positions)
         self._careful = False
         self._generation += 1
         self._dirty = True
         self.stats["commits"] += 1
         self.stats["last_commit"] = time.time()
+
+    def _roll_back(self) -> None:
+        """Forget the changes since the last commit, and the log positions they advanced: a step
+        that failed part way may have applied log objects it never committed, and they must be
+        read again rather than skipped."""
+        assert self._writer is not None
+        self._writer.rollback()
+        self.positions = dict(self._committed)
+        self._careful = False
 
     def _publish(self) -> None:
         assert self._writer is not None and self._dir is not None
@@ -492,13 +505,13 @@ class SearchIndex:
                     self._writer.upsert(batch)
                     counts[phase] += len(batch)
         except _LeaseLost as exc:
-            self._writer.rollback()
+            self._roll_back()
             self.progress = {"state": "failed", "error": str(exc), "counts": counts, "started": started,
                              "finished": time.time()}
             self._step_down()
             return
         except Exception as exc:
-            self._writer.rollback()
+            self._roll_back()
             self.progress = {"state": "failed", "error": f"{exc.__class__.__name__}: {str(exc)[:200]}",
                              "counts": counts, "started": started, "finished": time.time()}
             raise

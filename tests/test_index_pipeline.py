@@ -18,6 +18,7 @@ from gateway.app import build
 from gateway.biography.events import validate_batch
 from gateway.config import Config
 from gateway.search.tokens import ROOT_TOKEN
+from gateway.store.base import StoreUnavailable
 from indexer.writer import IndexWriter
 
 ROOT_ACCESS = "AKIAPIPELINETEST0001"
@@ -95,3 +96,35 @@ def test_an_entry_tantivy_refuses_is_skipped_and_the_rest_indexed_once(gw, monke
     monkeypatch.setattr(IndexWriter, "add", refuse_after_ten)
     index.step()
     assert hits(index, "refused") == 30
+
+
+def test_a_failed_rebuild_forgets_what_was_never_committed_and_reads_it_again(gw, monkeypatch):
+    """A step that fails part way leaves log objects applied but not committed; a rebuild that
+    then fails rolls them back, so the positions must go back too, or they would be skipped."""
+    index = gw.search_index
+    ingest(gw, 20, "applied")
+    ingest(gw, 20, "unreadable")
+    real_from_record = index.sources.from_record
+
+    def store_fails_on_the_second(record):
+        if getattr(record, "event", {}).get("session") == "unreadable":
+            raise StoreUnavailable("the store did not answer")
+        return real_from_record(record)
+
+    monkeypatch.setattr(index.sources, "from_record", store_fails_on_the_second)
+    with pytest.raises(StoreUnavailable):
+        index.step()  # the first object is applied and its position advanced, uncommitted
+    monkeypatch.setattr(index.sources, "from_record", real_from_record)
+
+    def memory_fails():
+        raise RuntimeError("the memory bucket could not be listed")
+        yield  # a generator, as the real one is: it fails once the rebuild reaches it
+
+    monkeypatch.setattr(index.sources, "all_memory", memory_fails)
+    index.request_rebuild()
+    with pytest.raises(RuntimeError):
+        index.step()
+    assert index.progress["state"] == "failed"
+    monkeypatch.undo()
+    index.step()
+    assert hits(index, "applied") == 20 and hits(index, "unreadable") == 20
