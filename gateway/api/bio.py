@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..biography import events as ev
 from ..biography.query import BadCursor, Filter
-from ..biography.service import Biographies
+from ..biography.service import INGEST_SLOTS, Biographies
 from ..iam.audit import parse_since
 from ..iam.model import RESERVED_NAMES, IdentityError, check_name
 from .rest import ApiError, Call, Reply, Router
@@ -68,8 +68,9 @@ class BioApi:
         batch = call.state.get("events")
         if batch is None:
             try:
-                batch = ev.validate_batch(call.body, caller=call.principal.name,
-                                          now_us=int(time.time() * 1_000_000))
+                with INGEST_SLOTS:
+                    batch = ev.validate_batch(call.body, caller=call.principal.name,
+                                              now_us=int(time.time() * 1_000_000))
             except ev.EventError as exc:
                 raise ApiError("InvalidEvent", f"{exc}; nothing was stored.") from None
             call.state["events"] = batch

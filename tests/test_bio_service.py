@@ -1,0 +1,84 @@
+"""The biography service in-process: how much of its CPU-bound work runs at once."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import orjson
+import pytest
+
+from gateway.app import build
+from gateway.biography import service
+from gateway.biography.events import validate_batch
+from gateway.config import Config
+
+
+@pytest.fixture
+def gw(tmp_path):
+    g = build(Config(data=str(tmp_path / "data")), "AKIABIOSERVICETEST01", "b" * 40)
+    g.durable_log.start()
+    yield g
+    g.durable_log.close()
+    g.executor.shutdown(wait=True)
+    g.store.close()
+
+
+def test_redaction_runs_in_at_most_two_threads_and_every_batch_is_appended(gw, monkeypatch):
+    bios = gw.biographies
+    inside, most, lock = [0], [0], threading.Lock()
+    real = bios.redactor.redact_text
+
+    def counting(text):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.0005)  # let the other threads pile up at the slots
+        try:
+            return real(text)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(bios.redactor, "redact_text", counting)
+    errors: list[BaseException] = []
+    acked: list[str] = []
+
+    def client(n: int) -> None:
+        body = b"\n".join(orjson.dumps({"session": f"s{n}", "kind": "note", "content": f"event {i}"})
+                          for i in range(30))
+        try:
+            ids = bios.ingest(validate_batch(body, caller="agent-1", now_us=int(time.time() * 1e6)))
+            with lock:
+                acked.extend(ids)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=client, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and len(acked) == len(set(acked)) == 240
+    assert most[0] == 2  # the threads did overlap, and the slots held them to two
+    assert service.INGEST_SLOTS._value == 2  # every slot was given back
+
+
+def test_a_batch_larger_than_a_slot_hold_is_redacted_in_several_holds(gw, monkeypatch):
+    """A 50,000-event S3 object must not keep a slot for the whole of its redaction."""
+    monkeypatch.setattr(service, "SLOT_EVENTS", 7)
+    holds = [0]
+    real = service.INGEST_SLOTS
+
+    class Counting:
+        def __enter__(self):
+            holds[0] += 1
+            return real.__enter__()
+
+        def __exit__(self, *exc):
+            return real.__exit__(*exc)
+
+    monkeypatch.setattr(service, "INGEST_SLOTS", Counting())
+    body = b"\n".join(orjson.dumps({"session": "big", "kind": "note", "content": f"e {i}"}) for i in range(30))
+    ids = gw.biographies.ingest(validate_batch(body, caller="agent-1", now_us=int(time.time() * 1e6)))
+    assert len(ids) == 30 and holds[0] == 5  # 7 + 7 + 7 + 7 + 2
