@@ -60,6 +60,19 @@ def test_compaction_partitions_by_agent_and_date_and_consumes_the_log(store):
         log.close()
 
 
+def test_a_record_missing_a_required_field_is_skipped_not_a_stuck_compaction(store):
+    """Written by a broken or future writer: the rest of the log must still reach Parquet
+    (and be collected), or one record would hold every later event in the log forever."""
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        broken = {k: v for k, v in event(1).items() if k != "session"}
+        log.append([BioRecord(event(0)), BioRecord(broken), BioRecord(event(2))])
+        result = compactor(store, log).run()
+        assert not result.conflict and sorted(stored_ids(store)) == ["e000000", "e000002"]
+    finally:
+        log.close()
+
+
 def test_retried_events_are_kept_once(store):
     log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
     try:

@@ -126,6 +126,10 @@ def events_to_table(events: list[Event]) -> pa.Table:
 
 #: Defaults of the non-null columns a log record leaves out (see ``Event.to_record``).
 _RECORD_DEFAULTS = {"tags": [], "redactions": 0}
+#: The non-null columns a log record must carry itself.
+REQUIRED_FIELDS = frozenset(f.name for f in EVENT_SCHEMA if not f.nullable) - set(_RECORD_DEFAULTS)
+#: A log record as Arrow reads it: every column may be absent (null) until defaults are filled.
+_RECORD_STRUCT = pa.struct([f.with_nullable(True) for f in EVENT_SCHEMA])
 #: The segment order, as Arrow sorts it (the same order as :func:`order_key` in a session).
 SORT_KEYS = [("session", "ascending"), ("seq", "ascending", "at_end"), ("ts", "ascending"),
              ("event_id", "ascending")]
@@ -135,20 +139,19 @@ def records_to_table(records: list[dict]) -> pa.Table:
     """Log records (``Event.to_record`` dicts) as a table in :data:`EVENT_SCHEMA`, in
     segment order (:data:`SORT_KEYS`).
 
-    The compactor's path: one list per column read straight off the dicts and Arrow's
-    sort, not an ``Event`` per record and a Python sort; 8 against 18 µs per event of
-    interpreter time, which the ingest path, sharing the interpreter, gets back.
+    The compactor's path: Arrow reads the dicts as one struct array in C++ (2.2 against
+    5.7 µs per event of interpreter time for a list per column, which the ingest path,
+    sharing the interpreter, gets back), the defaults a record leaves out are filled in,
+    and Arrow sorts. A record without a non-null column raises ``ValueError`` (the
+    compactor skips such records before they get here: see ``REQUIRED_FIELDS``).
     """
-    columns = {}
-    for f in EVENT_SCHEMA:
-        name = f.name
-        default = _RECORD_DEFAULTS.get(name)
-        if default is None:
-            values = [r.get(name) for r in records]
-        else:
-            values = [r.get(name, default) for r in records]
-        columns[name] = pa.array(values, type=f.type)
-    return pa.Table.from_pydict(columns, schema=EVENT_SCHEMA).sort_by(SORT_KEYS)
+    table = pa.Table.from_struct_array(pa.array(records, type=_RECORD_STRUCT))
+    for name, default in _RECORD_DEFAULTS.items():
+        column = table.column(name)
+        if column.null_count:
+            table = table.set_column(table.schema.get_field_index(name), name,
+                                     pc.if_else(pc.is_valid(column), column, pa.scalar(default, column.type)))
+    return table.cast(EVENT_SCHEMA).sort_by(SORT_KEYS)
 
 
 def table_to_events(table: pa.Table, agent: str) -> list[Event]:

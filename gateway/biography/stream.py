@@ -26,6 +26,8 @@ class BioStream:
         return record.event
 
     def partition_of(self, payload: dict[str, Any]) -> str:
+        if not schema.REQUIRED_FIELDS.issubset(payload):  # the compactor skips and logs it
+            raise KeyError(f"a record without {sorted(schema.REQUIRED_FIELDS - payload.keys())}")
         return partition(payload["agent"], schema.date_of(payload["ts"]))
 
     def id_of(self, payload: dict[str, Any]) -> str:
