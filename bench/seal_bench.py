@@ -673,7 +673,15 @@ def serve_unsealed(argv: list[str]) -> None:
     import gateway.app
     from gateway.cli import main as cli_main
 
-    gateway.app.seal = lambda inner, config: inner
+    sealed = gateway.app.seal
+
+    def unsealed(inner, config):
+        # the vault still wraps secrets under the KEK (it needs the key provider); every
+        # object, the vault's included, is stored as it comes
+        inner.keys = sealed(inner, config).keys
+        return inner
+
+    gateway.app.seal = unsealed
     sys.argv = ["orgmem", *argv]
     cli_main()
 
