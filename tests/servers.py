@@ -38,13 +38,15 @@ class Gateway:
     log_path: Path | None = None
     #: "local" or "s3": which store the gateway runs on (informational)
     backend: str = "local"
+    #: what runs before ``serve ...``: the installed command, or another entry point to it
+    program: list[str] = field(default_factory=lambda: [str(BIN / "orgmem")])
 
     @property
     def endpoint(self) -> str:
         return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     def start(self, timeout: float = 20) -> Gateway:
-        args = [str(BIN / "orgmem"), "serve", "--host", "127.0.0.1", "--port", str(self.port),
+        args = [*self.program, "serve", "--host", "127.0.0.1", "--port", str(self.port),
                 "--data", str(self.data), *self.extra_args]
         if self.tls:
             args += ["--tls-cert", self.tls[0], "--tls-key", self.tls[1]]
