@@ -151,6 +151,8 @@ class SearchIndex:
         self._careful = False
         #: the positions the last commit (or the restored snapshot) covers: a rollback returns there
         self._committed: Positions = {}
+        #: log objects up to here are upserted even where their records are fresh (see _waiting)
+        self._fence: Positions = {}
         self._closed = False
         self._step_lock = threading.Lock()
         self.stats: dict[str, Any] = {"started_from": None, "restores": 0, "restore_fetched_bytes": 0,
@@ -245,6 +247,7 @@ class SearchIndex:
             self.positions = {w: int(s) for w, s in (restored.checkpoint.get("positions") or {}).items()}
             self._published = dict(self.positions)
             self._committed = dict(self.positions)
+            self._fence = self._restored_fence(restored.checkpoint)
             self._snapshot = _about(restored.manifest)
             self.stats["started_from"] = self.stats["started_from"] or "snapshot"
             self._last_publish = time.monotonic()
@@ -329,7 +332,7 @@ class SearchIndex:
         """Apply the log past our positions to the writer; True when anything changed."""
         changed = False
         deadline, records, objects = None, 0, 0
-        pending = self.log.reader.pending(self.positions, limit)
+        pending = self._waiting(limit)
         self._far_behind = len(pending) > FAR_BEHIND
         seconds, most = ((CATCHUP_STEP_SECONDS, CATCHUP_STEP_RECORDS) if self._far_behind
                          else (STEP_SECONDS, STEP_RECORDS))
@@ -342,6 +345,7 @@ class SearchIndex:
                 break  # commit what we have; the next step goes on from here
             records += len(obj.records)
             adds, upserts, deletes = [], [], []
+            may_add = not self._careful and obj.seq > self._fence.get(obj.writer, 0)
             for record in obj.records:
                 try:
                     change = self.sources.from_record(record)
@@ -354,7 +358,7 @@ class SearchIndex:
                 if change is None:
                     continue
                 op, item = change
-                if op == "add" and not self._careful:
+                if op == "add" and may_add:
                     adds.append(item)
                 elif op == "delete":
                     deletes.append(item)
@@ -374,6 +378,45 @@ class SearchIndex:
         if objects >= limit:
             self._backlog = True  # the log may hold more than one step reads
         return changed
+
+    def _waiting(self, limit: int) -> list[tuple[str, int]]:
+        """The log objects to apply next: at most ``limit``, writers in the reader's order, each
+        in commit order (as :meth:`LogReader.pending`), fencing on the way every waiting
+        object of each writer after the first one with any.
+
+        A fresh record's id is new when its append is acknowledged, but a client may send it
+        back afterwards (a re-import of an export) through another gateway, as a record that
+        is upserted. Within one writer the log keeps that order. Across writers each writer's
+        objects are applied in turn, so a re-sent record in an earlier writer could be applied
+        before the fresh one in a later writer, and an add then would leave a second copy. The
+        re-sent record is only written once the fresh one is stored, so both are in the listing
+        that applies the first of them: everything listed then in the writers after the first
+        is upserted whenever it is applied (snapshots carry the fence). One listing serves
+        both, so nothing appears between the fence and what it guards; a restart's old writer,
+        first in line, keeps its adds."""
+        reader = self.log.reader
+        found: list[tuple[str, int]] = []
+        first = None
+        for writer in reader.writers():
+            later = first is not None
+            for seq in reader.sequences(writer, self.positions.get(writer, 0)):
+                first = first or writer
+                if later:
+                    advance(self._fence, writer, seq)
+                if len(found) < limit:
+                    found.append((writer, seq))
+                elif not later:
+                    break  # the rest of the first writer waits for the next step
+        return found
+
+    def _restored_fence(self, checkpoint: dict) -> Positions:
+        """The fence a snapshot carries; a snapshot from before fences upserts all that waits."""
+        if "fence" in checkpoint:
+            return {w: int(s) for w, s in (checkpoint.get("fence") or {}).items()}
+        fence: Positions = {}
+        for writer, seq in self.log.reader.pending(self.positions):
+            advance(fence, writer, seq)
+        return fence
 
     def _apply(self, adds: list, upserts: list, deletes: list) -> None:
         """``adds``: entries no other record holds (see ``BioRecord.fresh``), added without
@@ -437,7 +480,9 @@ class SearchIndex:
         if self._writer.pending:
             self._commit()
         try:
-            manifest = publish(self.blobs, PREFIX, self._dir, {"positions": positions}, local=self._local)
+            fence = {w: q for w, q in self._fence.items() if q > positions.get(w, 0)}
+            manifest = publish(self.blobs, PREFIX, self._dir, {"positions": positions, "fence": fence},
+                               local=self._local)
         except SnapshotConflict:
             log.warning("index_publish_conflict")
             self._step_down()
@@ -484,6 +529,8 @@ class SearchIndex:
         target: Positions = {}
         for writer, seq in self.log.reader.pending({}):
             advance(target, writer, seq)
+        # documents added since the last commit survive Tantivy's delete-all: drop them first
+        self._roll_back()
         self._writer.delete_all()
         tail: Positions = {}
         phases: list[tuple[str, Iterable]] = [
@@ -530,11 +577,13 @@ class SearchIndex:
         self._publish()
 
     def _all_events(self, tail: Positions) -> Iterator:
-        """Every event's entry: the current segments, then the log past them (each object read
-        is recorded in ``tail``)."""
+        """Every event's entry: the current segments, then the log past them (``tail`` records
+        the log objects both cover)."""
         bios = self.biographies
         for _ in range(5):  # a compaction between reading segments and the tail: read again
             snapshot = bios.snapshot()
+            for writer, seq in snapshot.positions.items():  # what the segments hold
+                advance(tail, writer, seq)
             for segment in bios.segments(snapshot):
                 agent = segment.value("agent") or ""
                 for event in bio_schema.table_to_events(bios.files.table(segment.key), agent):

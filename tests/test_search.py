@@ -377,6 +377,7 @@ def test_rebuilds_while_events_stream_in_index_each_event_once(tmp_path):
             client.rebuild()
             wait_for(lambda r=rebuilds: client.status()["stats"]["rebuilds"] >= r, "the rebuild")
         writer.join(60)  # the stream goes on past the last rebuild
+        assert not writer.is_alive()
         wait_for(lambda: len(session_ids(client, session)) >= len(acked), "every acknowledged event")
         ids = session_ids(client, session)
         assert len(ids) == len(set(ids)) == len(acked) and set(ids) == set(acked)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 
 import orjson
@@ -33,13 +34,60 @@ RETENTION_TTL = 5.0
 _DAY = 86400
 #: Events per log append when ingesting a very large batch.
 INGEST_SLICE = 50_000
+#: Events redacted per hold of a slot (a 50,000-event S3 object does not hold one for long).
+SLOT_EVENTS = 1_000
+
+
+class Slots:
+    """A counting semaphore that serves its waiters first come, first served.
+
+    ``threading.Semaphore`` is not fair: a thread that releases and at once acquires again
+    (a large batch redacted 1,000 events per hold) keeps the interpreter and wins the slot
+    back, and a waiter can wait out the whole batch. Here a release hands the slot straight
+    to the longest waiter.
+    """
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+        self._free = count
+        self._lock = threading.Lock()
+        self._waiters: deque[threading.Event] = deque()
+
+    @property
+    def free(self) -> int:
+        return self._free
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._free and not self._waiters:
+                self._free -= 1
+                return
+            turn = threading.Event()
+            self._waiters.append(turn)
+        try:
+            turn.wait()  # set by the release that hands this thread its slot
+        except BaseException:  # interrupted while waiting: leave the queue, or pass the slot on
+            with self._lock:
+                handed = turn.is_set()
+                if not handed:
+                    self._waiters.remove(turn)
+            if handed:
+                self.__exit__()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        with self._lock:
+            if self._waiters:
+                self._waiters.popleft().set()
+            else:
+                self._free += 1
+
+
 #: Request threads that may validate and redact events at once. Only one runs Python at a
 #: time (the GIL): sixteen clients' batches validated side by side take the interpreter in
 #: turns, 1 ms each, while the threads that finish requests (the event loop, the log writer)
 #: queue behind them. Two slots keep one large batch from holding up the rest.
-INGEST_SLOTS = threading.BoundedSemaphore(2)
-#: Events redacted per hold of a slot (a 50,000-event S3 object does not hold one for long).
-SLOT_EVENTS = 1_000
+INGEST_SLOTS = Slots(2)
 
 
 @dataclass
