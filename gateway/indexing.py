@@ -151,7 +151,7 @@ class SearchIndex:
         self._careful = False
         #: the positions the last commit (or the restored snapshot) covers: a rollback returns there
         self._committed: Positions = {}
-        #: log objects up to here are upserted even where their records are fresh (see _waiting)
+        #: log objects up to here are upserted even where their records are fresh (see _fence_waiting)
         self._fence: Positions = {}
         self._closed = False
         self._step_lock = threading.Lock()
@@ -247,7 +247,9 @@ class SearchIndex:
             self.positions = {w: int(s) for w, s in (restored.checkpoint.get("positions") or {}).items()}
             self._published = dict(self.positions)
             self._committed = dict(self.positions)
-            self._fence = self._restored_fence(restored.checkpoint)
+            self._fence = {w: int(s) for w, s in (restored.checkpoint.get("fence") or {}).items()}
+            if "fence" not in restored.checkpoint:  # a snapshot from before fences
+                self._fence_waiting()
             self._snapshot = _about(restored.manifest)
             self.stats["started_from"] = self.stats["started_from"] or "snapshot"
             self._last_publish = time.monotonic()
@@ -332,7 +334,7 @@ class SearchIndex:
         """Apply the log past our positions to the writer; True when anything changed."""
         changed = False
         deadline, records, objects = None, 0, 0
-        pending = self._waiting(limit)
+        pending = self.log.reader.pending(self.positions, limit)
         self._far_behind = len(pending) > FAR_BEHIND
         seconds, most = ((CATCHUP_STEP_SECONDS, CATCHUP_STEP_RECORDS) if self._far_behind
                          else (STEP_SECONDS, STEP_RECORDS))
@@ -345,6 +347,8 @@ class SearchIndex:
                 break  # commit what we have; the next step goes on from here
             records += len(obj.records)
             adds, upserts, deletes = [], [], []
+            if any(isinstance(r, BioRecord) and r.resent for r in obj.records):
+                self._fence_waiting()
             may_add = not self._careful and obj.seq > self._fence.get(obj.writer, 0)
             for record in obj.records:
                 try:
@@ -379,44 +383,16 @@ class SearchIndex:
             self._backlog = True  # the log may hold more than one step reads
         return changed
 
-    def _waiting(self, limit: int) -> list[tuple[str, int]]:
-        """The log objects to apply next: at most ``limit``, writers in the reader's order, each
-        in commit order (as :meth:`LogReader.pending`), fencing on the way every waiting
-        object of each writer after the first one with any.
+    def _fence_waiting(self) -> None:
+        """Upsert, whenever it is applied, every log object waiting now.
 
-        A fresh record's id is new when its append is acknowledged, but a client may send it
-        back afterwards (a re-import of an export) through another gateway, as a record that
-        is upserted. Within one writer the log keeps that order. Across writers each writer's
-        objects are applied in turn, so a re-sent record in an earlier writer could be applied
-        before the fresh one in a later writer, and an add then would leave a second copy. The
-        re-sent record is only written once the fresh one is stored, so both are in the listing
-        that applies the first of them: everything listed then in the writers after the first
-        is upserted whenever it is applied (snapshots carry the fence). One listing serves
-        both, so nothing appears between the fence and what it guards; a restart's old writer,
-        first in line, keeps its adds."""
-        reader = self.log.reader
-        found: list[tuple[str, int]] = []
-        first = None
-        for writer in reader.writers():
-            later = first is not None
-            for seq in reader.sequences(writer, self.positions.get(writer, 0)):
-                first = first or writer
-                if later:
-                    advance(self._fence, writer, seq)
-                if len(found) < limit:
-                    found.append((writer, seq))
-                elif not later:
-                    break  # the rest of the first writer waits for the next step
-        return found
-
-    def _restored_fence(self, checkpoint: dict) -> Positions:
-        """The fence a snapshot carries; a snapshot from before fences upserts all that waits."""
-        if "fence" in checkpoint:
-            return {w: int(s) for w, s in (checkpoint.get("fence") or {}).items()}
-        fence: Positions = {}
+        Called before a record that may repeat an assigned id (``BioRecord.resent``) is
+        applied: the fresh record it repeats was stored before the client could know the id,
+        so before this listing began, and it is either applied already or listed here. The
+        pipeline takes each writer's objects in turn, so without the fence that fresh record,
+        in a writer applied later, would be added beside the copy the repeat leaves."""
         for writer, seq in self.log.reader.pending(self.positions):
-            advance(fence, writer, seq)
-        return fence
+            advance(self._fence, writer, seq)
 
     def _apply(self, adds: list, upserts: list, deletes: list) -> None:
         """``adds``: entries no other record holds (see ``BioRecord.fresh``), added without
@@ -474,15 +450,16 @@ class SearchIndex:
         try:  # writers whose objects were all collected are forgotten (they only ever grow)
             alive = set(self.log.reader.writers())
             self.positions = {w: s for w, s in self.positions.items() if w in alive}
+            self._fence = {w: s for w, s in self._fence.items() if w in alive}
         except StoreError:
             pass
         positions = dict(self.positions)
         if self._writer.pending:
             self._commit()
+        self._fence = {w: s for w, s in self._fence.items() if s > positions.get(w, 0)}
         try:
-            fence = {w: q for w, q in self._fence.items() if q > positions.get(w, 0)}
-            manifest = publish(self.blobs, PREFIX, self._dir, {"positions": positions, "fence": fence},
-                               local=self._local)
+            checkpoint = {"positions": positions, "fence": dict(self._fence)}
+            manifest = publish(self.blobs, PREFIX, self._dir, checkpoint, local=self._local)
         except SnapshotConflict:
             log.warning("index_publish_conflict")
             self._step_down()
@@ -568,6 +545,8 @@ class SearchIndex:
         for writer, seq in tail.items():
             advance(target, writer, seq)
         self.positions = target
+        # the tail may have held a repeat of an assigned id whose fresh record waits still
+        self._fence_waiting()
         self._commit()
         self.stats["rebuilds"] += 1
         self.progress = {"state": "done", "counts": counts, "started": started, "finished": time.time(),

@@ -106,7 +106,7 @@ def test_record_and_api_forms():
     api = e.to_api()
     assert api["ts"] == "2026-11-30T12:00:00.123456Z"
     assert api["data"] == FULL["data"] and api["redactions"] == 2
-    assert set(api) == set(Event.__slots__) - {"id_assigned"}  # bookkeeping, not a field
+    assert set(api) == set(Event.__slots__) - {"id_assigned", "id_resent"}  # bookkeeping
     assert one({"session": "s", "kind": "note", "content": ""}).to_record()["content"] == ""
 
 
@@ -338,6 +338,17 @@ def test_only_ids_the_gateway_made_in_this_batch_are_marked_assigned():
     assert not any(e.id_assigned for e in batch(ndjson(BASE), default_id=lambda n: f"line-{n}"))
     assert not Event.from_record(out[0].to_record()).id_assigned  # never a record field
     assert "id_assigned" not in out[0].to_record()
+
+
+def test_an_id_of_the_gateways_form_sent_by_a_client_is_marked_resent():
+    """Such an id may repeat one the gateway assigned (a re-import): the search index then
+    fences what waits in the log, where the fresh record may still be."""
+    assigned = batch(ndjson(BASE))[0].event_id
+    out = batch(ndjson({**BASE, "event_id": assigned}, {**BASE, "event_id": "mine"}, BASE))
+    assert [(e.id_resent, e.id_assigned) for e in out] == [(True, False), (False, False), (False, True)]
+    uploaded = batch(ndjson({**BASE, "event_id": assigned}, BASE), id_namespace="s3:b/k")
+    assert [(e.id_resent, e.id_assigned) for e in uploaded] == [(True, False), (False, False)]
+    assert "id_resent" not in out[0].to_record()
 
 
 def test_default_id_callable():

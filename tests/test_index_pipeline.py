@@ -184,40 +184,75 @@ def test_events_compacted_during_a_rebuild_are_not_added_again(gw, monkeypatch):
     assert hits(index, "between") == 15 and hits(index, "before") == 10
 
 
-def test_an_assigned_id_sent_back_through_another_gateway_stays_one_document(gw):
-    """A client re-sending events with the ids it was answered (a re-import) through a gateway
-    whose log writer is applied first: its upserts come before the fresh adds."""
+def resent(ids: list[str], session: str) -> list[BioRecord]:
+    """The records a gateway writes when a client sends ``ids`` back (a re-import)."""
+    body = b"\n".join(orjson.dumps({"event_id": i, "session": session, "kind": "note", "content": "again"})
+                      for i in ids)
+    events = validate_batch(body, caller="agent-1", now_us=int(time.time() * 1_000_000))
+    assert all(e.id_resent and not e.id_assigned for e in events)
+    return [BioRecord(e.to_record(), e.id_assigned, e.id_resent) for e in events]
+
+
+def other_writer(gw, writer_id: str, request) -> LogWriter:
+    """Another gateway's log writer on the same store (its id sets where it is applied)."""
+    writer = LogWriter(gw.store, writer_id, 0.05).start()
+    request.addfinalizer(writer.close)
+    return writer
+
+
+def test_an_assigned_id_sent_back_through_another_gateway_stays_one_document(gw, request):
+    """Sent back through a gateway whose log is applied first: its upserts come before the
+    fresh adds, which the repeat fences."""
     index = gw.search_index
     ids = ingest(gw, 5, "resent")  # fresh, in this gateway's writer
-    other = LogWriter(gw.store, "000000000001-aaaaaaaaaa", 0.05).start()  # sorts first
-    try:
-        other.append([BioRecord({"event_id": i, "agent": "agent-1", "session": "resent",
-                                 "ts": int(time.time() * 1_000_000), "kind": "note", "content": "again"})
-                      for i in ids])
-    finally:
-        other.close()
+    other_writer(gw, "000000000001-aaaaaaaaaa", request).append(resent(ids, "resent"))  # sorts first
     index.step()
     assert hits(index, "resent") == 5
-    ingest(gw, 5, "later")  # only this gateway's writer waits now: adds again
+    ingest(gw, 5, "later")  # nothing repeats these: added again
     index.step()
     assert hits(index, "later") == 5 and hits(index, "resent") == 5
+    assert not index._fence or max(index._fence.values()) <= max(index.positions.values())
 
 
-def test_a_snapshot_carries_the_fence_to_the_next_writer(gw, tmp_path):
+def test_a_fresh_event_stored_between_two_writers_listings_stays_one_document(gw, monkeypatch, request):
+    """The log's listing is one writer after another, not one look: the fresh record can be
+    stored after its writer was listed and its repeat before the next writer is. The fence
+    the repeat raises lists the log again, after the repeat was seen, so it finds the fresh."""
+    index = gw.search_index
+    me = gw.durable_log.writer_id
+    later = other_writer(gw, "ffffffffffff-zzzzzzzzzz", request)  # listed after this gateway
+    later.append(resent(["ev_NOTHINGTOREPEAT0000000000"], "warmup"))
+    ingest(gw, 1, "warm")
+    index.step()
+    reader = index.log.reader
+    real = reader.sequences
+    raced = []
+
+    def listing_with_a_race(writer, after=0):
+        found = list(real(writer, after))
+        if writer == me and not raced:
+            raced.extend(ingest(gw, 5, "raced"))  # stored just after this writer was listed
+            later.append(resent(raced, "raced"))  # and sent back before the next one is
+        return iter(found)
+
+    monkeypatch.setattr(reader, "sequences", listing_with_a_race)
+    index.step()
+    monkeypatch.undo()
+    index.step()
+    assert hits(index, "raced") == 5
+
+
+def test_a_snapshot_carries_the_fence_to_the_next_writer(gw, request):
     """The fence is in the snapshot's checkpoint, so a gateway restoring it upserts what the
     writer before it had fenced."""
+    from indexer.snapshot import latest
+
     index = gw.search_index
-    ingest(gw, 3, "fenced")
-    other = LogWriter(gw.store, "000000000001-bbbbbbbbbb", 0.05).start()
-    try:
-        other.append([BioRecord({"event_id": "client-1", "agent": "agent-1", "session": "other",
-                                 "ts": int(time.time() * 1_000_000), "kind": "note"})])
-    finally:
-        other.close()
-    index._consume(limit=1)  # applies the other writer's object only; ours is fenced
-    assert index._fence.get(gw.durable_log.writer_id)
+    ids = ingest(gw, 3, "fenced")
+    other_writer(gw, "000000000001-bbbbbbbbbb", request).append(resent(ids[:1], "fenced"))
+    index._consume(limit=1)  # applies the repeat only (its writer is first): ours is fenced
+    mine = gw.durable_log.writer_id
+    assert index._fence.get(mine) and index._fence[mine] > index.positions.get(mine, 0)
     index._commit()
     index._publish()
-    from indexer.snapshot import latest
-    manifest = latest(index.blobs, "index")
-    assert manifest["checkpoint"]["fence"] == {gw.durable_log.writer_id: index._fence[gw.durable_log.writer_id]}
+    assert latest(index.blobs, "index")["checkpoint"]["fence"] == {mine: index._fence[mine]}

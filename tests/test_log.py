@@ -53,12 +53,14 @@ def test_records_round_trip_through_one_object():
     assert decode(encode(records, "w1", 7), "w1", 7) == records
 
 
-def test_a_fresh_mark_travels_with_its_record_and_is_absent_by_default():
-    fresh = BioRecord(bio(2).event, fresh=True)
-    back = decode(encode([bio(1), fresh], "w1", 8), "w1", 8)
-    assert [r.fresh for r in back] == [False, True] and back[1].event == fresh.event
-    text = zstandard.ZstdDecompressor().decompress(encode([bio(1), fresh], "w1", 8)).split(b"\n")
-    assert b"fresh" not in text[1] and b'"fresh":true' in text[2]
+def test_fresh_and_resent_marks_travel_with_their_records_and_are_absent_by_default():
+    fresh, resent = BioRecord(bio(2).event, fresh=True), BioRecord(bio(3).event, resent=True)
+    back = decode(encode([bio(1), fresh, resent], "w1", 8), "w1", 8)
+    assert [(r.fresh, r.resent) for r in back] == [(False, False), (True, False), (False, True)]
+    assert back[1].event == fresh.event
+    text = zstandard.ZstdDecompressor().decompress(encode([bio(1), fresh, resent], "w1", 8)).split(b"\n")
+    assert b"fresh" not in text[1] and b"resent" not in text[1]
+    assert b'"fresh":true' in text[2] and b'"resent":true' in text[3]
 
 
 @pytest.mark.parametrize("damage", ["not zstd", "wrong name", "truncated", "bad json", "future format"])

@@ -107,6 +107,9 @@ class Event:
     redactions: int = 0          # set by the server, never by a client
     #: the gateway made ``event_id`` for this request (not a record field: see ``BioRecord.fresh``)
     id_assigned: bool = field(default=False, compare=False)
+    #: the client sent an ``event_id`` of the gateway's own ``ev_`` form: it may repeat one the
+    #: gateway assigned (not a record field: see ``BioRecord.resent``)
+    id_resent: bool = field(default=False, compare=False)
 
     def to_record(self) -> dict:
         """A compact JSON-ready dict for the log: ``None``, no tags and zero redactions
@@ -408,9 +411,13 @@ def _next_id(ms: int) -> str:
         else:
             # one bit of headroom so increments within this millisecond cannot overflow
             rand = int.from_bytes(os.urandom(10), "big") >> 1
-        head = "ev_" + _crockford128((ms << 80) | rand)[:24]
+        head = ASSIGNED_PREFIX + _crockford128((ms << 80) | rand)[:24]
         _last_ms, _last_rand, _last_head = ms, rand, head
     return head + _PAIRS[rand & 1023]
+
+
+#: How every id the gateway makes begins (assigned and derived alike).
+ASSIGNED_PREFIX = "ev_"
 
 
 def derived_event_id(namespace: str, line: int, line_bytes: bytes) -> str:
@@ -418,7 +425,7 @@ def derived_event_id(namespace: str, line: int, line_bytes: bytes) -> str:
     line number and line bytes always give the same id, so a retried upload adds
     nothing twice, while a changed line under the same key is a new event."""
     h = hashlib.sha256(namespace.encode() + b"\0" + str(line).encode() + b"\0" + line_bytes)
-    return "ev_" + _crockford128(int.from_bytes(h.digest()[:16], "big"))
+    return ASSIGNED_PREFIX + _crockford128(int.from_bytes(h.digest()[:16], "big"))
 
 
 # --------------------------------------------------------------------------- validation
@@ -702,8 +709,11 @@ def validate_batch(body: bytes, *, caller: str, now_us: int,
             derived = derived_event_id(id_namespace, line, line_bytes)
             ids = lambda _line, _id=derived: _id  # noqa: E731
         e = validate(raw, line, caller=caller, now_us=now_us + i, default_id=ids)
-        if assigns and raw.get("event_id") is None:
-            e.id_assigned = True
+        sent = raw.get("event_id")
+        if sent is None:
+            e.id_assigned = assigns
+        elif sent.startswith(ASSIGNED_PREFIX):
+            e.id_resent = True
         prior = seen.get(e.event_id)
         if prior is None:
             seen[e.event_id] = (line, raw)

@@ -153,7 +153,7 @@ class Biographies:
         records = []
         for start in range(0, len(events), SLOT_EVENTS):
             with INGEST_SLOTS:
-                records += [BioRecord(self._redacted(e).to_record(), e.id_assigned)
+                records += [BioRecord(self._redacted(e).to_record(), e.id_assigned, e.id_resent)
                             for e in events[start:start + SLOT_EVENTS]]
         return records
 

@@ -9,7 +9,7 @@ guesses at a shape:
   search index to pick up.
 
 A log object is zstd-compressed NDJSON: a header line, then one line per record
-``{"k": <kind>, "v": <payload>}`` (a ``bio`` line may add ``"fresh": true``). The
+``{"k": <kind>, "v": <payload>}`` (a ``bio`` line may add ``"fresh"`` or ``"resent"``). The
 header names the format version, the writer and its sequence number, and the record
 count, so a truncated or misplaced object is refused rather than half-read. See
 ``gateway/log/DESIGN.md``.
@@ -37,23 +37,30 @@ class BioRecord:
     """One biography event, as :meth:`gateway.biography.events.Event.to_record` gives it.
 
     ``fresh``: the gateway assigned the event's id in the acknowledged append that wrote
-    this record, so no other record, in the log or in any segment, holds that id. The
-    search index adds such an event without first deleting an earlier copy, which it
-    would otherwise look up in every index segment (about a quarter of its indexing CPU).
+    this record, so no record written before it holds that id. The search index adds such
+    an event without first deleting an earlier copy, which it would otherwise look up in
+    every index segment (about a quarter of its indexing CPU).
+
+    ``resent``: the client sent an id of the gateway's own form, which may repeat a fresh
+    one (a re-import of an export, a retry with the ids an answer gave); the search index
+    then upserts everything waiting in the log, where that fresh record may still be.
     """
 
     kind: ClassVar[str] = "bio"
     event: dict[str, Any]
     fresh: bool = False
+    resent: bool = False
 
     def line(self) -> dict[str, Any]:
         if self.fresh:
             return {"k": "bio", "v": self.event, "fresh": True}
+        if self.resent:
+            return {"k": "bio", "v": self.event, "resent": True}
         return {"k": "bio", "v": self.event}
 
     @classmethod
     def from_line(cls, line: dict[str, Any]) -> BioRecord:
-        return cls(line["v"], line.get("fresh") is True)
+        return cls(line["v"], line.get("fresh") is True, line.get("resent") is True)
 
 
 @dataclass(frozen=True, slots=True)
