@@ -390,9 +390,14 @@ class SearchIndex:
         applied: the fresh record it repeats was stored before the client could know the id,
         so before this listing began, and it is either applied already or listed here. The
         pipeline takes each writer's objects in turn, so without the fence that fresh record,
-        in a writer applied later, would be added beside the copy the repeat leaves."""
-        for writer, seq in self.log.reader.pending(self.positions):
-            advance(self._fence, writer, seq)
+        in a writer applied later, would be added beside the copy the repeat leaves. Each
+        writer is listed from where its fence already stands, so a stream of repeats costs a
+        listing of what is new, not of the whole backlog each time."""
+        reader = self.log.reader
+        for writer in reader.writers():
+            start = max(self.positions.get(writer, 0), self._fence.get(writer, 0))
+            for seq in reader.sequences(writer, start):
+                advance(self._fence, writer, seq)
 
     def _apply(self, adds: list, upserts: list, deletes: list) -> None:
         """``adds``: entries no other record holds (see ``BioRecord.fresh``), added without
