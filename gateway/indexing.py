@@ -393,11 +393,11 @@ class SearchIndex:
         in a writer applied later, would be added beside the copy the repeat leaves. Each
         writer is listed from where its fence already stands, so a stream of repeats costs a
         listing of what is new, not of the whole backlog each time."""
-        reader = self.log.reader
-        for writer in reader.writers():
-            start = max(self.positions.get(writer, 0), self._fence.get(writer, 0))
-            for seq in reader.sequences(writer, start):
-                advance(self._fence, writer, seq)
+        start = dict(self.positions)
+        for writer, seq in self._fence.items():
+            advance(start, writer, seq)
+        for writer, seq in self.log.reader.pending(start):
+            advance(self._fence, writer, seq)
 
     def _apply(self, adds: list, upserts: list, deletes: list) -> None:
         """``adds``: entries no other record holds (see ``BioRecord.fresh``), added without

@@ -106,9 +106,9 @@ def test_adds_that_fail_with_a_value_error_are_redone_as_upserts_once_each(gw, m
     assert hits(index, "refused") == 30
 
 
-def test_a_failed_rebuild_forgets_what_was_never_committed_and_reads_it_again(gw, monkeypatch):
-    """A step that fails part way leaves log objects applied but not committed; a rebuild that
-    then fails rolls them back, so the positions must go back too, or they would be skipped."""
+def fail_a_step_part_way(gw, monkeypatch) -> None:
+    """Two log objects (sessions "applied" and "unreadable"); a step applies the first, advances
+    its position, then fails reading the second: the first is applied but never committed."""
     index = gw.search_index
     ingest(gw, 20, "applied")
     ingest(gw, 20, "unreadable")
@@ -121,8 +121,15 @@ def test_a_failed_rebuild_forgets_what_was_never_committed_and_reads_it_again(gw
 
     monkeypatch.setattr(index.sources, "from_record", store_fails_on_the_second)
     with pytest.raises(StoreUnavailable):
-        index.step()  # the first object is applied and its position advanced, uncommitted
+        index.step()
     monkeypatch.setattr(index.sources, "from_record", real_from_record)
+
+
+def test_a_failed_rebuild_forgets_what_was_never_committed_and_reads_it_again(gw, monkeypatch):
+    """A step that fails part way leaves log objects applied but not committed; a rebuild that
+    then fails rolls them back, so the positions must go back too, or they would be skipped."""
+    index = gw.search_index
+    fail_a_step_part_way(gw, monkeypatch)
 
     def memory_fails():
         raise RuntimeError("the memory bucket could not be listed")
@@ -142,19 +149,7 @@ def test_a_rebuild_drops_what_a_failed_step_left_uncommitted(gw, monkeypatch):
     """Tantivy's delete-all spares documents added since the last commit: a rebuild that
     followed a step failing part way would index those events twice."""
     index = gw.search_index
-    ingest(gw, 20, "applied")
-    ingest(gw, 20, "unreadable")
-    real_from_record = index.sources.from_record
-
-    def store_fails_on_the_second(record):
-        if getattr(record, "event", {}).get("session") == "unreadable":
-            raise StoreUnavailable("the store did not answer")
-        return real_from_record(record)
-
-    monkeypatch.setattr(index.sources, "from_record", store_fails_on_the_second)
-    with pytest.raises(StoreUnavailable):
-        index.step()
-    monkeypatch.undo()
+    fail_a_step_part_way(gw, monkeypatch)
     index.request_rebuild()
     index.step()
     assert hits(index, "applied") == 20 and hits(index, "unreadable") == 20

@@ -48,7 +48,6 @@ class Slots:
     """
 
     def __init__(self, count: int) -> None:
-        self.count = count
         self._free = count
         self._lock = threading.Lock()
         self._waiters: deque[threading.Event] = deque()
