@@ -105,6 +105,33 @@ def test_small_segments_merge_and_replaced_ones_wait_out_their_grace(store):
         log.close()
 
 
+def test_only_segments_that_stay_as_written_get_the_strong_compression(store, monkeypatch):
+    """A segment merged again soon is written cheaply; one large enough to stay is not."""
+    from gateway.segments import compactor as module
+
+    stream, levels = BioStream(), []
+    encode = stream.encode
+
+    def spy(table, settled=False):
+        levels.append((table.num_rows, settled))
+        return encode(table, settled)
+
+    monkeypatch.setattr(stream, "encode", spy)
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        c = Compactor(log, SegmentFiles(store), [stream])
+        log.append([BioRecord(event(i)) for i in range(200)])
+        c.run()
+        # the same 200 events' Arrow data counts as large once the threshold is below it
+        monkeypatch.setattr(module, "SMALL_BYTES", 1024)
+        log.append([BioRecord(event(i)) for i in range(200, 400)])
+        c.run()
+        assert levels == [(200, False), (200, True)]
+        assert sorted(stored_ids(store)) == [f"e{i:06d}" for i in range(400)]
+    finally:
+        log.close()
+
+
 def test_two_compactors_racing_never_lose_or_double_an_event(store):
     """Two gateways compacting the same log at once: one swap wins each round."""
     log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.01).start()

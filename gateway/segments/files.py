@@ -34,8 +34,8 @@ class Stream(Protocol):
     def to_table(self, payloads: list[dict[str, Any]]) -> pa.Table: ...
     def sort(self, table: pa.Table) -> pa.Table: ...
     def encode(self, table: pa.Table, settled: bool = False) -> bytes:
-        """Parquet bytes; ``settled`` segments (merged, or large) are expected to live long
-        and get the stronger, slower compression."""
+        """Parquet bytes; ``settled`` segments (large enough not to be merged again) are
+        expected to live long and get the stronger, slower compression."""
 
 
 class SegmentFiles:
