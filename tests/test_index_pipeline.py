@@ -209,6 +209,31 @@ def test_an_assigned_id_sent_back_through_another_gateway_stays_one_document(gw,
     assert not index._fence or max(index._fence.values()) <= max(index.positions.values())
 
 
+def test_an_assigned_id_sent_back_through_an_earlier_gateway_stays_one_document(gw, monkeypatch, request):
+    """A gateway of an earlier version (mid rolling upgrade) logs the repeat without the
+    resent mark; its objects lack ``ids_marked``, so their records count as resent all the
+    same."""
+    import zstandard
+
+    from gateway.log import writer as writer_module
+
+    index = gw.search_index
+    ids = ingest(gw, 5, "legacy")
+    real = writer_module.encode
+
+    def unmarked(records, writer, seq):  # what an earlier gateway writes: no marks at all
+        plain = [BioRecord(r.event) if isinstance(r, BioRecord) else r for r in records]
+        text = zstandard.ZstdDecompressor().decompress(real(plain, writer, seq))
+        return zstandard.ZstdCompressor().compress(text.replace(b',"ids_marked":true', b""))
+
+    old = other_writer(gw, "000000000002-bbbbbbbbbb", request)  # applied before this gateway
+    monkeypatch.setattr(writer_module, "encode", unmarked)
+    old.append(resent(ids, "legacy"))
+    monkeypatch.undo()
+    index.step()
+    assert hits(index, "legacy") == 5
+
+
 def test_a_fresh_event_stored_between_two_writers_listings_stays_one_document(gw, monkeypatch, request):
     """The log's listing is one writer after another, not one look: the fresh record can be
     stored after its writer was listed and its repeat before the next writer is. The fence

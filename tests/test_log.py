@@ -63,6 +63,19 @@ def test_fresh_and_resent_marks_travel_with_their_records_and_are_absent_by_defa
     assert b'"fresh":true' in text[2] and b'"resent":true' in text[3]
 
 
+def test_bio_records_of_a_writer_that_marks_no_ids_count_as_resent():
+    """An object without ``ids_marked`` (an earlier gateway, mid rolling upgrade) may hold a
+    client's repeat of an assigned id, unmarked: its bio lines read as resent, never fresh."""
+    records = [bio(1), BioRecord(bio(2).event, fresh=True), AuditEntry({"request_id": "R1"})]
+    text = zstandard.ZstdDecompressor().decompress(encode(records, "w1", 4))
+    assert b'"ids_marked":true' in text.split(b"\n")[0]
+    legacy = zstandard.ZstdCompressor().compress(text.replace(b',"ids_marked":true', b""))
+    back = decode(legacy, "w1", 4)
+    assert [(r.fresh, r.resent) for r in back[:2]] == [(False, True), (False, True)]
+    assert [r.event for r in back[:2]] == [records[0].event, records[1].event]
+    assert back[2] == records[2]
+
+
 @pytest.mark.parametrize("damage", ["not zstd", "wrong name", "truncated", "bad json", "future format"])
 def test_damaged_log_objects_are_refused(damage):
     data = encode([bio(1), bio(2)], "w1", 3)

@@ -11,7 +11,8 @@ guesses at a shape:
 A log object is zstd-compressed NDJSON: a header line, then one line per record
 ``{"k": <kind>, "v": <payload>}`` (a ``bio`` line may add ``"fresh"`` or ``"resent"``). The
 header names the format version, the writer and its sequence number, and the record
-count, so a truncated or misplaced object is refused rather than half-read. See
+count, so a truncated or misplaced object is refused rather than half-read, and says
+``"ids_marked": true``: its writer marks ``fresh`` and ``resent`` lines. See
 ``gateway/log/DESIGN.md``.
 """
 
@@ -116,7 +117,8 @@ KINDS: dict[str, type[BioRecord] | type[AuditEntry] | type[DocChanged]] = {
 
 def encode(records: list[Record], writer: str, seq: int) -> bytes:
     """One log object's bytes."""
-    header = {"format": FORMAT_VERSION, "writer": writer, "seq": seq, "count": len(records)}
+    header = {"format": FORMAT_VERSION, "writer": writer, "seq": seq, "count": len(records),
+              "ids_marked": True}
     lines = [orjson.dumps(header)]
     lines.extend(orjson.dumps(r.line()) for r in records)
     lines.append(b"")
@@ -148,6 +150,18 @@ def decode(data: bytes, writer: str, seq: int) -> list[Record]:
         if len(body) != header.get("count"):
             raise LogFormatError(f"log object {writer}/{seq} holds {len(body)} of its "
                                  f"{header.get('count')} records")
-        return [KINDS[item["k"]].from_line(item) for item in body]
+        records = [KINDS[item["k"]].from_line(item) for item in body]
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise LogFormatError(f"log object {writer}/{seq} is damaged: {exc!r}") from None
+    if header.get("ids_marked") is not True:
+        records = [_unmarked(r) for r in records]
+    return records
+
+
+def _unmarked(record: Record) -> Record:
+    """A record of a writer that marks no ids (a gateway of an earlier version, during a
+    rolling upgrade): any of its events may repeat an id another gateway logged as fresh,
+    so each counts as resent, and none as fresh."""
+    if isinstance(record, BioRecord):
+        return BioRecord(record.event, fresh=False, resent=True)
+    return record
