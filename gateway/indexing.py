@@ -331,8 +331,12 @@ class SearchIndex:
     # -- writing ------------------------------------------------------------------------
 
     def _consume(self, limit: int = MAX_OBJECTS) -> bool:
-        """Apply the log past our positions to the writer; True when anything changed."""
-        changed = False
+        """Apply the log past our positions to the writer; True when anything changed.
+
+        The step fences at most once: every object it applies was in its own listing, so the
+        fresh record any repeat among them repeats was stored before that listing ended, and
+        the first fence, which lists the log after it, already covers them all."""
+        changed = fenced = False
         deadline, records, objects = None, 0, 0
         pending = self.log.reader.pending(self.positions, limit)
         self._far_behind = len(pending) > FAR_BEHIND
@@ -347,8 +351,9 @@ class SearchIndex:
                 break  # commit what we have; the next step goes on from here
             records += len(obj.records)
             adds, upserts, deletes = [], [], []
-            if any(isinstance(r, BioRecord) and r.resent for r in obj.records):
+            if not fenced and any(isinstance(r, BioRecord) and r.resent for r in obj.records):
                 self._fence_waiting()
+                fenced = True
             may_add = not self._careful and obj.seq > self._fence.get(obj.writer, 0)
             for record in obj.records:
                 try:
@@ -391,8 +396,8 @@ class SearchIndex:
         so before this listing began, and it is either applied already or listed here. The
         pipeline takes each writer's objects in turn, so without the fence that fresh record,
         in a writer applied later, would be added beside the copy the repeat leaves. Each
-        writer is listed from where its fence already stands, so a stream of repeats costs a
-        listing of what is new, not of the whole backlog each time."""
+        writer is listed from where its fence already stands, so a fence lists only what is
+        new (one LIST per writer), and a step fences once however many repeats it applies."""
         start = dict(self.positions)
         for writer, seq in self._fence.items():
             advance(start, writer, seq)

@@ -234,6 +234,23 @@ def test_an_assigned_id_sent_back_through_an_earlier_gateway_stays_one_document(
     assert hits(index, "legacy") == 5
 
 
+def test_a_step_fences_once_however_many_repeats_it_applies(gw, monkeypatch, request):
+    """Each fence lists every writer's log; a step's first fence already covers every repeat
+    the step applies, so a stream of them (an earlier gateway's objects during an upgrade)
+    costs one listing per step, not one per object."""
+    index = gw.search_index
+    ids = ingest(gw, 20, "many")
+    other = other_writer(gw, "000000000003-cccccccccc", request)
+    for i in ids:  # one repeat per log object
+        other.append(resent([i], "many"))
+    fences = []
+    real = index._fence_waiting
+    monkeypatch.setattr(index, "_fence_waiting", lambda: (fences.append(1), real())[1])
+    index.step()
+    assert len(fences) == 1
+    assert hits(index, "many") == 20
+
+
 def test_a_fresh_event_stored_between_two_writers_listings_stays_one_document(gw, monkeypatch, request):
     """The log's listing is one writer after another, not one look: the fresh record can be
     stored after its writer was listed and its repeat before the next writer is. The fence
