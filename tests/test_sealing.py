@@ -488,6 +488,50 @@ def _read(sealed, key: str) -> bytes:
         reader.close()
 
 
+def test_an_object_beyond_the_upstreams_copy_limit_is_sealed_anew_when_copied_or_rewrapped(
+        tmp_path, seaweed, monkeypatch):
+    """An upstream copies an object beyond its single-copy limit (AWS: 5 GiB) in parts. A sealed
+    object stored in one piece would come out multipart, unreadable: a copy or a rewrap seals
+    it anew instead (its data rewritten). One stored in parts is still copied part by part."""
+    from conftest import UPSTREAM_BUCKET
+
+    from gateway.store.base import ObjectMeta, SourceChanged
+    from gateway.store.s3 import S3Store
+    from gateway.store.sealed import SealedStore
+    from vault.keys import create_keyring
+
+    for name, value in seaweed.env.items():
+        monkeypatch.setenv(name, value)
+    mib = 2**20
+    inner = S3Store(UPSTREAM_BUCKET, f"copylimit-{tmp_path.name}", seaweed.endpoint, "us-east-1",
+                    copy_limit=6 * mib, copy_part=5 * mib)
+    sealed = SealedStore(inner, create_keyring(tmp_path / "ring.json", forbidden_dir=tmp_path / "x"))
+    inner.create_bucket("rw")
+    try:
+        data = os.urandom(11 * mib)
+        sealed.put_object("rw", "big", io.BytesIO(data), ObjectMeta(user={"a": "1"}))
+        sealed.copy_object("rw", "big", "rw", "copy", None)
+        assert _read(sealed, "copy") == data and "-" not in inner.head_object("rw", "copy").etag
+        assert sealed.head_object("rw", "copy").meta.user == {"a": "1"}
+        # a metadata change in place (what s3fs's chmod sends)
+        sealed.copy_object("rw", "big", "rw", "big", ObjectMeta(user={"a": "2"}))
+        assert _read(sealed, "big") == data and sealed.head_object("rw", "big").meta.user == {"a": "2"}
+        with pytest.raises(SourceChanged):
+            sealed.copy_object("rw", "big", "rw", "nowhere", None, source_etag="0" * 32)
+        assert not any(e.key == "nowhere" for e in sealed.list_objects("rw").entries)
+        sealed.keys.rotate()
+        assert sealed.rewrap("rw", "big")
+        assert _read(sealed, "big") == data
+        assert sealed.key_version("rw", "big")[1] == sealed.keys.primary_version() == 2
+        parts = [os.urandom(5 * mib), os.urandom(2 * mib)]
+        _multipart(sealed, "multi", parts)
+        sealed.copy_object("rw", "multi", "rw", "multi-copy", None)
+        assert inner.head_object("rw", "multi-copy").etag.endswith("-2")
+        assert _read(sealed, "multi-copy") == b"".join(parts)
+    finally:
+        inner.close()
+
+
 @pytest.mark.parametrize("direct", [True, False], ids=["direct", "botocore"])
 def test_rewrap_on_s3_is_one_conditional_copy_and_never_clobbers_a_newer_write(upstream_sealed,
                                                                                monkeypatch, direct):

@@ -320,18 +320,43 @@ class SealedStore:
     def copy_object(self, src_bucket: str, src_key: str, bucket: str, key: str,
                     meta: ObjectMeta | None, condition: WriteCondition | None = None,
                     source_etag: str | None = None) -> ObjectInfo:
-        """Copies the sealed bytes as they are; only the data key is rewrapped for the new name."""
+        """Copies the sealed bytes as they are; only the data key is rewrapped for the new name.
+
+        The exception: an object stored in one piece beyond the backend's single-copy limit,
+        which the backend would copy in parts (see :meth:`_copied_in_parts`), is sealed anew."""
         source = self.inner.head_object(src_bucket, src_key)
         if source_etag is not None and source.etag != source_etag:
             raise SourceChanged()
         dek, plain, numbers = self._object_parts(source)
         new_meta = meta if meta is not None else plain.meta
+        if self._copied_in_parts(source):
+            return self._copy_resealed(source, bucket, key, new_meta, condition)
         stored = self._seal(dek, new_meta, identity(bucket, key, parts_in(source.etag)), numbers)
         info = self.inner.copy_object(src_bucket, src_key, bucket, key, stored, condition,
                                       source_etag=source.etag)
         if parts_in(info.etag) != parts_in(source.etag):
             raise SealError("the backend changed the part structure of a copied object")
         return replace(info, size=plain.size, meta=new_meta, part_sizes=plain.part_sizes)
+
+    def _copied_in_parts(self, sealed: ObjectInfo) -> bool:
+        """Whether the backend would copy ``sealed`` in parts: an object stored in one piece
+        beyond its single-copy limit (an S3 upstream's 5 GiB; the sealing overhead can take a
+        5 GiB upload past it). The copy would be a multipart object, whose layout and data-key
+        identity the single object's bytes do not have: unreadable."""
+        limit = getattr(self.inner, "copy_limit", None)
+        return limit is not None and not parts_in(sealed.etag) and sealed.size > limit
+
+    def _copy_resealed(self, source: ObjectInfo, bucket: str, key: str, meta: ObjectMeta,
+                       condition: WriteCondition | None) -> ObjectInfo:
+        """A copy of exactly the version ``source`` (SourceChanged if it was replaced): its
+        plaintext, streamed through this store, sealed anew under a fresh data key."""
+        reader = self.open_object(source.bucket, source.key)
+        try:
+            if reader.info.etag != source.etag:
+                raise SourceChanged()
+            return self.put_object(bucket, key, reader, _own_copy(meta), condition)
+        finally:
+            reader.close()
 
     def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
                      limit: int = 1000) -> ListPage:
@@ -494,11 +519,18 @@ class SealedStore:
 
     def _wrap_again(self, current: ObjectInfo, dek: bytes, ident: bytes) -> bool:
         """Store ``dek`` wrapped under the primary version on exactly the version ``current``;
-        False when it was replaced meanwhile (its writer used the primary)."""
-        stored = replace(current.meta, sealed=self.keys.wrap(dek, ident).encode())
+        False when it was replaced meanwhile (its writer used the primary). An object the
+        backend cannot copy whole (:meth:`_copied_in_parts`) is sealed anew in place instead:
+        its data is rewritten, under a fresh data key wrapped by the primary."""
         try:
+            if self._copied_in_parts(current):
+                plain = self._object(current)[1]
+                self._copy_resealed(current, current.bucket, current.key, plain.meta,
+                                    WriteCondition(if_match=current.etag))
+                return True
+            stored = replace(current.meta, sealed=self.keys.wrap(dek, ident).encode())
             self._replace_meta(current, stored)
-        except PreconditionFailed:
+        except PreconditionFailed:  # SourceChanged included
             return False
         return True
 
