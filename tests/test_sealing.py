@@ -528,6 +528,20 @@ def test_an_object_beyond_the_upstreams_copy_limit_is_sealed_anew_when_copied_or
         sealed.copy_object("rw", "multi", "rw", "multi-copy", None)
         assert inner.head_object("rw", "multi-copy").etag.endswith("-2")
         assert _read(sealed, "multi-copy") == b"".join(parts)
+
+        # rotated and the old version retired while an upload ran: the late rewrap reseals
+        # it with the data key in hand, since the retired version can no longer unwrap it
+        class RotatesAtTheEnd(io.BytesIO):
+            def read(self, n=-1):
+                chunk = super().read(n)
+                if not chunk and sealed.keys.primary_version() == 2:
+                    sealed.keys.rotate()
+                    sealed.keys.retire(2)
+                return chunk
+
+        sealed.put_object("rw", "late", RotatesAtTheEnd(data), ObjectMeta())
+        assert sealed.key_version("rw", "late")[1] == sealed.keys.primary_version() == 3
+        assert _read(sealed, "late") == data
     finally:
         inner.close()
 

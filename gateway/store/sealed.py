@@ -63,6 +63,9 @@ from .base import (
 OPENED_CACHE = 4096
 #: How many multipart layouts (part sizes) are remembered, keyed by ETag.
 LAYOUT_CACHE = 1024
+#: Whole-object reseals (copies and rewraps of an object the backend cannot copy whole) that
+#: run at once: each reads the object and writes it again (an S3 backend spools it to disk).
+RESEALS = 2
 #: How much of an object is read while opening it.
 PRIME = 64 * 1024
 #: Marks a value the backend keeps for us in sealed form (a part's checksum).
@@ -147,6 +150,8 @@ class SealedStore:
         #: opened data keys and metadata of recently read objects (see _open)
         self._opened: OrderedDict[tuple, tuple[bytes, ObjectMeta, tuple[int, ...] | None]] = OrderedDict()
         self._lock = threading.Lock()
+        #: copies and rewraps that reseal a whole object (see _copy_resealed) at once, at most
+        self._reseals = threading.BoundedSemaphore(RESEALS)
 
     # -- keys and metadata -----------------------------------------------------------
 
@@ -166,31 +171,33 @@ class SealedStore:
         dek, meta, _ = self._open_parts(stored, ident, bucket, key)
         return dek, meta
 
-    def _open_parts(self, stored: ObjectMeta, ident: bytes, bucket: str,
-                    key: str) -> tuple[bytes, ObjectMeta, tuple[int, ...] | None]:
+    def _open_parts(self, stored: ObjectMeta, ident: bytes, bucket: str, key: str,
+                    dek: bytes | None = None) -> tuple[bytes, ObjectMeta, tuple[int, ...] | None]:
         """The data key, the client's metadata and the part numbers (None when not recorded) of
         a stored object; remembered for hot objects, keyed by everything they were opened
-        from, so a changed byte misses."""
+        from, so a changed byte misses. ``dek``: the object's data key, already in hand (its
+        wrapping KEK version may be retired)."""
         cache_key = (ident, stored.sealed, stored.sealed_meta)
         with self._lock:
             hit = self._opened.get(cache_key)
             if hit is not None:
                 self._opened.move_to_end(cache_key)
                 return hit[0], _own_copy(hit[1]), hit[2]
-        dek, meta, numbers = self._open_uncached(stored, ident, bucket, key)
+        dek, meta, numbers = self._open_uncached(stored, ident, bucket, key, dek)
         with self._lock:
             self._opened[cache_key] = (dek, meta, numbers)
             while len(self._opened) > OPENED_CACHE:
                 self._opened.popitem(last=False)
         return dek, _own_copy(meta), numbers
 
-    def _open_uncached(self, stored: ObjectMeta, ident: bytes, bucket: str,
-                       key: str) -> tuple[bytes, ObjectMeta, tuple[int, ...] | None]:
+    def _open_uncached(self, stored: ObjectMeta, ident: bytes, bucket: str, key: str,
+                       dek: bytes | None = None) -> tuple[bytes, ObjectMeta, tuple[int, ...] | None]:
         if not stored.sealed or not stored.sealed_meta:
             raise SealError(f"{bucket}/{key} is stored without a data key: it was not written "
                             "through this gateway's sealed store.")
         try:
-            dek = self.keys.unwrap(WrappedKey.decode(stored.sealed), ident)
+            if dek is None:
+                dek = self.keys.unwrap(WrappedKey.decode(stored.sealed), ident)
             doc = orjson.loads(stream.open_metadata(dek, stored.sealed_meta, ident))
             numbers = doc.pop(PART_NUMBERS, None)
             return dek, ObjectMeta.from_dict(doc), tuple(numbers) if numbers else None
@@ -202,14 +209,15 @@ class SealedStore:
         dek, info, _ = self._object_parts(sealed)
         return dek, info
 
-    def _object_parts(self, sealed: ObjectInfo) -> tuple[bytes, ObjectInfo, tuple[int, ...] | None]:
+    def _object_parts(self, sealed: ObjectInfo,
+                      dek: bytes | None = None) -> tuple[bytes, ObjectInfo, tuple[int, ...] | None]:
         """:meth:`_object`, and the object's part numbers when they were recorded."""
         count = parts_in(sealed.etag)
         if sealed.part_sizes and len(sealed.part_sizes) != count:
             raise SealError(f"{sealed.bucket}/{sealed.key} failed its integrity check: it holds "
                             f"{len(sealed.part_sizes)} parts where its ETag names {count}.")
         ident = identity(sealed.bucket, sealed.key, count)
-        dek, meta, numbers = self._open_parts(sealed.meta, ident, sealed.bucket, sealed.key)
+        dek, meta, numbers = self._open_parts(sealed.meta, ident, sealed.bucket, sealed.key, dek)
         parts = [stream.part_plain_size(s) for s in sealed.part_sizes]
         # Built directly: dataclasses.replace costs more than the rest of this on a small GET.
         return dek, ObjectInfo(sealed.bucket, sealed.key, plain_size(sealed.size, sealed.etag),
@@ -286,13 +294,14 @@ class SealedStore:
             return reader
         raise StoreUnavailable("The object keeps changing while being opened; retry.")
 
-    def _open_reader(self, bucket: str, key: str, start: int, end: int | None) -> SealedReader:
+    def _open_reader(self, bucket: str, key: str, start: int, end: int | None,
+                     dek: bytes | None = None) -> SealedReader:
         # A whole read opens the backend once: its info and its stream come together.
         whole = start == 0 and end is None
         ahead = [self.inner.open_object(bucket, key)] if whole else []
         try:
             sealed = ahead[0].info if ahead else self.inner.head_object(bucket, key)
-            dek, info, numbers = self._object_parts(sealed)
+            dek, info, numbers = self._object_parts(sealed, dek)
             stop = info.size if end is None else min(end, info.size)
             layout = self._layout(bucket, key, sealed, numbers)
 
@@ -330,7 +339,7 @@ class SealedStore:
         dek, plain, numbers = self._object_parts(source)
         new_meta = meta if meta is not None else plain.meta
         if self._copied_in_parts(source):
-            return self._copy_resealed(source, bucket, key, new_meta, condition)
+            return self._copy_resealed(source, dek, bucket, key, new_meta, condition)
         stored = self._seal(dek, new_meta, identity(bucket, key, parts_in(source.etag)), numbers)
         info = self.inner.copy_object(src_bucket, src_key, bucket, key, stored, condition,
                                       source_etag=source.etag)
@@ -340,23 +349,33 @@ class SealedStore:
 
     def _copied_in_parts(self, sealed: ObjectInfo) -> bool:
         """Whether the backend would copy ``sealed`` in parts: an object stored in one piece
-        beyond its single-copy limit (an S3 upstream's 5 GiB; the sealing overhead can take a
-        5 GiB upload past it). The copy would be a multipart object, whose layout and data-key
-        identity the single object's bytes do not have: unreadable."""
+        beyond its single-copy limit (an S3 upstream's 5 GiB; only upstreams that accept larger
+        single PUTs hold such objects). The copy would be a multipart object, whose layout and
+        data-key identity the single object's bytes do not have: unreadable."""
         limit = getattr(self.inner, "copy_limit", None)
         return limit is not None and not parts_in(sealed.etag) and sealed.size > limit
 
-    def _copy_resealed(self, source: ObjectInfo, bucket: str, key: str, meta: ObjectMeta,
-                       condition: WriteCondition | None) -> ObjectInfo:
+    def _copy_resealed(self, source: ObjectInfo, dek: bytes, bucket: str, key: str,
+                       meta: ObjectMeta, condition: WriteCondition | None) -> ObjectInfo:
         """A copy of exactly the version ``source`` (SourceChanged if it was replaced): its
-        plaintext, streamed through this store, sealed anew under a fresh data key."""
-        reader = self.open_object(source.bucket, source.key)
-        try:
-            if reader.info.etag != source.etag:
-                raise SourceChanged()
-            return self.put_object(bucket, key, reader, _own_copy(meta), condition)
-        finally:
-            reader.close()
+        plaintext, read with its data key ``dek`` and streamed through this store, sealed anew
+        under a fresh data key. A copy onto itself is pinned to that version, so a write that
+        lands meanwhile is not overwritten with the older bytes. Each moves the whole object
+        through the gateway (and an S3 backend's spool), so few run at once."""
+        if condition is None and (bucket, key) == (source.bucket, source.key):
+            condition = WriteCondition(if_match=source.etag)
+        with self._reseals:
+            reader = self._open_reader(source.bucket, source.key, 0, None, dek)
+            try:
+                if reader.info.etag != source.etag:
+                    raise SourceChanged()
+                return self.put_object(bucket, key, reader, meta, condition)
+            except PreconditionFailed:
+                if condition is not None and condition.if_match == source.etag:  # replaced since read
+                    raise SourceChanged() from None
+                raise
+            finally:
+                reader.close()
 
     def list_objects(self, bucket: str, prefix: str = "", delimiter: str = "", after: str = "",
                      limit: int = 1000) -> ListPage:
@@ -524,8 +543,8 @@ class SealedStore:
         its data is rewritten, under a fresh data key wrapped by the primary."""
         try:
             if self._copied_in_parts(current):
-                plain = self._object(current)[1]
-                self._copy_resealed(current, current.bucket, current.key, plain.meta,
+                plain = self._object_parts(current, dek)[1]
+                self._copy_resealed(current, dek, current.bucket, current.key, plain.meta,
                                     WriteCondition(if_match=current.etag))
                 return True
             stored = replace(current.meta, sealed=self.keys.wrap(dek, ident).encode())
