@@ -521,7 +521,7 @@ def test_an_object_beyond_the_upstreams_copy_limit_is_sealed_anew_when_copied_or
         assert not any(e.key == "nowhere" for e in sealed.list_objects("rw").entries)
         sealed.keys.rotate()
         assert sealed.rewrap("rw", "big")
-        assert _read(sealed, "big") == data
+        assert _read(sealed, "big") == data and sealed.head_object("rw", "big").meta.user == {"a": "2"}
         assert sealed.key_version("rw", "big")[1] == sealed.keys.primary_version() == 2
         parts = [os.urandom(5 * mib), os.urandom(2 * mib)]
         _multipart(sealed, "multi", parts)

@@ -356,12 +356,13 @@ class SealedStore:
         return limit is not None and not parts_in(sealed.etag) and sealed.size > limit
 
     def _copy_resealed(self, source: ObjectInfo, dek: bytes, bucket: str, key: str,
-                       meta: ObjectMeta, condition: WriteCondition | None) -> ObjectInfo:
+                       meta: ObjectMeta | None, condition: WriteCondition | None) -> ObjectInfo:
         """A copy of exactly the version ``source`` (SourceChanged if it was replaced): its
         plaintext, read with its data key ``dek`` and streamed through this store, sealed anew
-        under a fresh data key. A copy onto itself is pinned to that version, so a write that
-        lands meanwhile is not overwritten with the older bytes. Each moves the whole object
-        through the gateway (and an S3 backend's spool), so few run at once."""
+        under a fresh data key, with ``meta`` (None: the source's own). A copy onto itself is
+        pinned to that version, so a write that lands meanwhile is not overwritten with the
+        older bytes. Each moves the whole object through the gateway (and an S3 backend's
+        spool), so few run at once."""
         if condition is None and (bucket, key) == (source.bucket, source.key):
             condition = WriteCondition(if_match=source.etag)
         with self._reseals:
@@ -369,7 +370,8 @@ class SealedStore:
             try:
                 if reader.info.etag != source.etag:
                     raise SourceChanged()
-                return self.put_object(bucket, key, reader, meta, condition)
+                return self.put_object(bucket, key, reader,
+                                       meta if meta is not None else reader.info.meta, condition)
             except PreconditionFailed:
                 if condition is not None and condition.if_match == source.etag:  # replaced since read
                     raise SourceChanged() from None
@@ -543,8 +545,7 @@ class SealedStore:
         its data is rewritten, under a fresh data key wrapped by the primary."""
         try:
             if self._copied_in_parts(current):
-                plain = self._object_parts(current, dek)[1]
-                self._copy_resealed(current, dek, current.bucket, current.key, plain.meta,
+                self._copy_resealed(current, dek, current.bucket, current.key, None,
                                     WriteCondition(if_match=current.etag))
                 return True
             stored = replace(current.meta, sealed=self.keys.wrap(dek, ident).encode())
