@@ -271,7 +271,8 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     ctx = S3Context(store=store, region=config.region, biographies=biographies, memory=memory,
                     skills=skills)
     s3 = S3App(ctx, authenticator, executor, authorizer, recorder, domain=config.domain,
-               body_timeout=config.body_timeout, inline_io=config.backend == "local")
+               body_timeout=config.body_timeout, inline_io=config.backend == "local",
+               keepalive_after=config.copy_keepalive)
     secrets = Secrets(store, store.keys, on_values=biographies.redactor.replace_values)
     router = build_router(identities, authorizer, audit, metrics, KeyRotation(store, secrets))
     vault_api.add_routes(router, secrets)

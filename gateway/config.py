@@ -28,6 +28,9 @@ class Config:
     threads: int = 64
     #: seconds an upload may stall (send nothing) before it is abandoned
     body_timeout: int = 60
+    #: seconds a copy or CompleteMultipartUpload runs silent before the gateway answers 200 and
+    #: keeps the connection alive with a space this often until it is done (as S3 does)
+    copy_keepalive: float = 10.0
     log_level: str = "info"
     #: comma-separated addresses of load balancers whose X-Forwarded-For/-Proto are
     #: believed (for aws:SourceIp, aws:SecureTransport and the audit's remote address)
@@ -84,6 +87,9 @@ class Config:
             raise ValueError("ORGMEM_ROOT_ACCESS_KEY and ORGMEM_ROOT_SECRET_KEY must be set together")
         if not 0 <= self.compact_interval <= 86400:
             raise ValueError(f"compact_interval must be 0 to 86400 seconds, not {self.compact_interval}")
+        if not 0 < self.copy_keepalive <= 300:
+            raise ValueError(f"copy_keepalive must be more than 0 and at most 300 seconds, "
+                             f"not {self.copy_keepalive}")
         self._validate_backend()
 
     def _validate_backend(self) -> None:
@@ -132,6 +138,11 @@ def _coerce(name: str, kind: Any, value: Any) -> Any:
         if text not in _TRUE + _FALSE:
             raise ValueError(f"{name} must be true or false, not {value!r}")
         return text in _TRUE
+    if "float" in str(kind) and not isinstance(value, int | float):
+        try:
+            return float(value)
+        except ValueError:
+            raise ValueError(f"{name} must be a number, not {value!r}") from None
     if "int" in str(kind) and not isinstance(value, int):
         try:
             return int(value)

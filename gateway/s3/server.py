@@ -21,7 +21,7 @@ from ..iam.authn import Authenticator
 from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, Authorizer, denial_message
 from ..logs import log
 from ..recorder import Outcome, Recorder
-from . import access
+from . import access, keepalive
 from .body import BufferedBody, ReceiveReader, receive_some
 from .context import S3Context
 from .errors import S3Error, from_exception
@@ -53,8 +53,11 @@ COPY_OPERATIONS = frozenset({"CopyObject", "UploadPartCopy"})
 class S3App:
     def __init__(self, ctx: S3Context, authenticator: Authenticator, executor: ThreadPoolExecutor,
                  authorizer: Authorizer, recorder: Recorder, domain: str | None = None,
-                 body_timeout: float = 60.0, inline_io: bool = True) -> None:
+                 body_timeout: float = 60.0, inline_io: bool = True, keepalive_after: float = 10.0) -> None:
         self.body_timeout = body_timeout
+        #: seconds a copy or CompleteMultipartUpload runs before its 200 goes out, and then
+        #: between the spaces that keep the connection alive (see keepalive)
+        self.keepalive_after = keepalive_after
         #: store calls are cheap enough for the event loop (False for a network store:
         #: every request then goes to a worker, so a slow upstream never stalls the loop)
         self.inline_io = inline_io
@@ -80,6 +83,7 @@ class S3App:
         request_id = os.urandom(8).hex().upper()
         loop = asyncio.get_running_loop()
         req = None
+        sent = None  # bytes of a body already sent while the handler ran
         outcome = Outcome(request_id, scope.get("client", ("", 0))[0],
                           raw_query=scope.get("query_string", b"").decode("latin-1"))
         try:
@@ -99,14 +103,15 @@ class S3App:
                     # so no other request ever waits behind its fsync.
                     response, op_name = self._handle(req)
                 else:
-                    response, op_name = await loop.run_in_executor(self.executor, self._handle, req)
+                    response, op_name, sent = await self._run(req, send)
         except Exception as exc:  # noqa: BLE001 - every failure becomes an S3 error
             response, op_name = self._error_response(exc, req, request_id, scope), None
-        response.headers.append(("x-amz-request-id", request_id))
-        if req is not None and isinstance(req.body, ReceiveReader) and not req.body.complete \
-                and not await _drained(req):
-            response.headers.append(("connection", "close"))  # see ReceiveReader.complete
-        sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
+        if sent is None:
+            response.headers.append(("x-amz-request-id", request_id))
+            if req is not None and isinstance(req.body, ReceiveReader) and not req.body.complete \
+                    and not await _drained(req):
+                response.headers.append(("connection", "close"))  # see ReceiveReader.complete
+            sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
         if not outcome.recorded:
             outcome.status, outcome.bytes_out = response.status, sent
             outcome.error = outcome.error or response.error
@@ -160,6 +165,22 @@ class S3App:
         expected = int(length) if length is not None and length.isdigit() else None
         return ReceiveReader(receive, loop, expected, timeout=self.body_timeout)
 
+    async def _run(self, req: Request, send) -> tuple[Response, str | None, int | None]:
+        """Handle ``req`` in a worker thread. A copy still running after ``keepalive_after``
+        seconds is answered 200 at once and kept alive (see keepalive): the bytes sent then
+        come back as the third value, which is None when the answer is still to be sent."""
+        work = asyncio.ensure_future(asyncio.get_running_loop().run_in_executor(
+            self.executor, self._handle, req))
+        if keepalive.may_run_long(req):
+            while not await keepalive.settled(work, self.keepalive_after):
+                if not isinstance(req.body, ReceiveReader) or req.body.complete:
+                    headers = [(b"content-type", b"application/xml"),
+                               (b"x-amz-request-id", req.request_id.encode()), (b"server", b"orgmem"),
+                               (b"x-amz-server-side-encryption", _header_bytes(_sealed_as(req)))]
+                    return await keepalive.answer(work, send, headers, self.keepalive_after)
+        response, op_name = await work
+        return response, op_name, None
+
     # -- handling (worker thread) -------------------------------------------
 
     def _handle(self, req: Request) -> tuple[Response, str | None]:
@@ -177,8 +198,7 @@ class S3App:
             if op_name in SEALED_OPERATIONS and response.status < 300:
                 # Sealed at rest under the organization's KEK; aws:kms also tells clients
                 # (rclone, the aws cli) the ETag is opaque, not the MD5 of the data.
-                response.headers.append(("x-amz-server-side-encryption",
-                                         req.headers.get("x-amz-server-side-encryption", "aws:kms")))
+                response.headers.append(("x-amz-server-side-encryption", _sealed_as(req)))
             if op_name in CHANGES and response.status < 300 and self.ctx.biographies is not None:
                 record_change(self.ctx.biographies, req.principal, op_name, req.bucket, req.key,
                               req.headers, response)
@@ -274,6 +294,12 @@ class S3App:
             gone.cancel()
             response.stream.close()
         return sent
+
+
+def _sealed_as(req: Request) -> str:
+    """The x-amz-server-side-encryption a sealed operation answers: what the client asked
+    for, else aws:kms (which also tells clients the ETag is not the data's MD5)."""
+    return req.headers.get("x-amz-server-side-encryption", "aws:kms")
 
 
 def _cheap_write(req: Request) -> bool:
