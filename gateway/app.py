@@ -241,6 +241,7 @@ def open_store(config: Config) -> ObjectStore:
 
         upstream = from_config(config, spool_dir=Path(config.data) / "spool")
         upstream.check()  # refuse to start rather than serve 503s from the first request
+        upstream.learn_quirks()
         return upstream
     store = LocalStore(Path(config.data) / "store")
     recovery = store.recovery

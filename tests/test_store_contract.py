@@ -33,6 +33,7 @@ from gateway.store.base import (
     ObjectMeta,
     PreconditionFailed,
     SourceChanged,
+    StoreError,
     WriteCondition,
 )
 from gateway.store.local import LocalStore
@@ -60,6 +61,7 @@ def store(request, tmp_path, monkeypatch):
                     spool_dir=tmp_path / "spool", single_put_limit=1 * MiB,
                     spool_memory=256 * 1024, copy_limit=6 * MiB, copy_part=PART)
         s.list_page = 4  # many upstream pages, so paging and skipping are exercised
+        s.learn_quirks()  # as the gateway does at start
     s.kind = request.param
     yield s
     s.close()
@@ -637,6 +639,24 @@ def test_check_and_close(store):
 
 
 # -- the s3 backend's own pieces ---------------------------------------------------------
+
+
+def test_a_key_the_upstream_would_store_as_another_is_refused(store, bkt):
+    """SeaweedFS stores "\\" as "/": "\\x" would land on "x", and ESC (encoded ",\\") on
+    the name of the key with "," before a slash. Such keys are refused there, never stored
+    over another; elsewhere they are ordinary keys."""
+    put(store, bkt, "x", b"original")
+    put(store, bkt, "p/q", b"slash")
+    for key in ("\\x", "p\\q", "win\\path\\file.txt", "esc\x1bx"):
+        if store.kind == "s3":
+            assert store.folds_backslash  # SeaweedFS 4.48 does
+            with pytest.raises(StoreError) as err:
+                put(store, bkt, key, b"refused")
+            assert err.value.code == "InvalidArgument" and "backslash" in err.value.message
+        else:
+            put(store, bkt, key, key.encode())
+            assert read(store, bkt, key) == key.encode()
+    assert read(store, bkt, "x") == b"original" and read(store, bkt, "p/q") == b"slash"
 
 
 def test_key_encoding_round_trips_and_keeps_byte_order():

@@ -130,7 +130,16 @@ _BUCKET_URL = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 
+class UnstorableKey(StoreError):
+    """The storage upstream cannot store this key."""
+
+    code = "InvalidArgument"
+
+
 # -- key encoding -------------------------------------------------------------
+
+#: Characters of a key that reach the upstream as a backslash: itself, and ESC (",\\").
+FOLDED = ("\\", "\x1b")
 
 _ENCODE = {code: "," + chr(0x41 + code) for code in range(0x2D)}
 _ENCODE[ord(".")] = ".-"
@@ -428,6 +437,8 @@ class S3Store:
         self._direct = _Direct.of(self._client, self.bucket, endpoint, region)
         self._sweep_lock = threading.Lock()
         self._sweep_after = ""
+        #: whether the upstream turns "\\" in a name into "/" (see learn_quirks)
+        self.folds_backslash = False
 
     @property
     def where(self) -> str:
@@ -507,13 +518,22 @@ class S3Store:
         return f"{self.prefix}_buckets/{bucket}"
 
     def _okey(self, bucket: str, key: str) -> str:
-        return f"{self.prefix}{bucket}/{encode_key(key)}"
+        return f"{self.prefix}{bucket}/{self._encoded(key)}"
 
     def _upload_name(self, bucket: str, key: str, upload_id: str) -> str:
-        return f"{self.prefix}_uploads/{bucket}/{encode_key(key)}!{upload_id}"
+        return f"{self.prefix}_uploads/{bucket}/{self._encoded(key)}!{upload_id}"
 
     def _done_name(self, bucket: str, key: str, upload_id: str) -> str:
-        return f"{self.prefix}_done/{bucket}/{encode_key(key)}!{upload_id}"
+        return f"{self.prefix}_done/{bucket}/{self._encoded(key)}!{upload_id}"
+
+    def _encoded(self, key: str) -> str:
+        """The stored form of ``key``; refused when the upstream would store it as another
+        key's name (see :meth:`learn_quirks`)."""
+        if self.folds_backslash and any(c in key for c in FOLDED):
+            raise UnstorableKey("The storage upstream stores '\\' as '/' (SeaweedFS does), so "
+                                "keys containing a backslash or the control character ESC "
+                                "cannot be stored on it.")
+        return encode_key(key)
 
     def _parts_prefix(self, upload_id: str) -> str:
         return f"{self.prefix}_parts/{upload_id}/"
@@ -1317,6 +1337,27 @@ class S3Store:
             raise self._error(exc) from exc
         except StoreUnavailable as exc:
             raise StoreUnavailable(f"{exc.message} (upstream: {self.where})") from exc
+
+    def learn_quirks(self) -> None:
+        """Find out, with one throwaway object, whether the upstream stores a backslash as
+        "/" (SeaweedFS's filer does, then folds "//"). The key encoding cannot keep such a
+        name apart from another key's, so on such an upstream keys that would contain one
+        (a backslash, or ESC, which encodes as ",\\") are refused rather than stored where
+        another key lives. Other services keep the name as written."""
+        token = secrets.token_hex(8)  # gateways that start together each probe their own name
+        written, folded = f"{self.prefix}_probes/a\\{token}", f"{self.prefix}_probes/a/{token}"
+        try:
+            self._call("put_object", retry=True, Bucket=self.bucket, Key=written, Body=b"")
+            try:
+                self._head_call(folded)
+                self.folds_backslash = True
+            except ClientError as exc:
+                if _status(exc) != 404:
+                    raise self._error(exc) from exc
+        except ClientError as exc:
+            raise self._error(exc) from exc
+        finally:
+            self._delete_quietly(written, folded)
 
     def close(self) -> None:
         for client in (self._client, self._probe):
