@@ -258,6 +258,19 @@ def test_conditional_writes(s3, bucket):
     assert code_of(err.value) == "NoSuchKey"
 
 
+def test_conditional_copies_by_one_caller_are_not_taken_for_retries(s3, bucket):
+    """A copy keeps the source's bytes (and so its ETag): two conditional copies of one
+    template by the same credentials must still give one 412, not two winners."""
+    s3.put_object(Bucket=bucket, Key="template", Body=b"lock")
+    s3.copy_object(Bucket=bucket, Key="lock", CopySource=f"{bucket}/template", IfNoneMatch="*",
+                   MetadataDirective="REPLACE", Metadata={"owner": "worker1"})
+    with pytest.raises(ClientError) as err:
+        s3.copy_object(Bucket=bucket, Key="lock", CopySource=f"{bucket}/template", IfNoneMatch="*",
+                       MetadataDirective="REPLACE", Metadata={"owner": "worker2"})
+    assert status_of(err.value) == 412
+    assert s3.head_object(Bucket=bucket, Key="lock")["Metadata"] == {"owner": "worker1"}
+
+
 def test_concurrent_conditional_writes_one_wins(gateway, bucket):
     results = []
 

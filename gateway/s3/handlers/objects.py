@@ -253,8 +253,10 @@ def _copy_once(ctx: S3Context, req: Request, src_bucket: str, src_key: str,
         meta = meta_from_headers(req.headers)
         meta.checksums = dict(source.meta.checksums)
         meta.checksum_type = source.meta.checksum_type
+    # No writer: a copy keeps the source's sealed bytes, so its ETag is the source's, and a
+    # second copy by the same caller would pass for a retry of the first. Of concurrent
+    # conditional copies exactly one wins; a retried one gets 412, as on AWS.
     info = ctx.store.copy_object(src_bucket, src_key, req.bucket, req.key, meta,
-                                 write_condition(req.headers, req.writer),
-                                 source_etag=source.etag)
+                                 write_condition(req.headers, None), source_etag=source.etag)
     return Response.xml(document("CopyObjectResult", [
         element("LastModified", iso8601(info.last_modified)), element("ETag", f'"{info.etag}"')]))
