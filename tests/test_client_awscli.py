@@ -105,6 +105,12 @@ def test_cp_round_trip(cli, cli_bucket, work):
     assert checked["ChecksumCRC32"].endswith("-5"), checked
     assert checked["ChecksumType"] == "COMPOSITE"
 
+    # A server-side copy above the threshold, with a checksum: UploadPartCopy per part.
+    cli("s3", "cp", f"s3://{cli_bucket}/cp/big.bin", f"s3://{cli_bucket}/cp/big-copy.bin",
+        "--checksum-algorithm", "CRC32", "--no-progress")
+    copied = cli.client.head_object(Bucket=cli_bucket, Key="cp/big-copy.bin", ChecksumMode="ENABLED")
+    assert copied["ContentLength"] == len(data) and copied["ChecksumCRC32"]
+
     down = cli("s3", "cp", f"s3://{cli_bucket}/cp/big.bin", "big.back", "--no-progress")
     assert down.stdout.strip() == f"download: s3://{cli_bucket}/cp/big.bin to ./big.back"
     assert (work / "big.back").read_bytes() == data

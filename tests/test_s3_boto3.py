@@ -588,6 +588,30 @@ def test_upload_part_copy(s3, bucket):
     assert s3.get_object(Bucket=bucket, Key="assembled")["Body"].read() == source
 
 
+@pytest.mark.parametrize("algorithm, kind", [("CRC32", "COMPOSITE"), ("CRC64NVME", "FULL_OBJECT"),
+                                             ("SHA256", "COMPOSITE")])
+def test_upload_part_copy_into_an_upload_with_a_checksum(s3, bucket, algorithm, kind):
+    """What `aws s3 cp s3://a s3://b --checksum-algorithm CRC32` does above its threshold:
+    copied parts get the upload's checksum, so Complete finds every part's."""
+    source = os.urandom(6 * MIB)
+    s3.put_object(Bucket=bucket, Key="ck-source", Body=source)
+    uid = s3.create_multipart_upload(Bucket=bucket, Key="ck-copy", ChecksumAlgorithm=algorithm,
+                                     ChecksumType=kind)["UploadId"]
+    copied = s3.upload_part_copy(Bucket=bucket, Key="ck-copy", UploadId=uid, PartNumber=1,
+                                 CopySource={"Bucket": bucket, "Key": "ck-source"},
+                                 CopySourceRange=f"bytes=0-{5 * MIB - 1}")["CopyPartResult"]
+    sent = s3.upload_part(Bucket=bucket, Key="ck-copy", UploadId=uid, PartNumber=2, Body=source[5 * MIB:],
+                          ChecksumAlgorithm=algorithm)
+    parts = s3.list_parts(Bucket=bucket, Key="ck-copy", UploadId=uid)["Parts"]
+    assert parts[0][f"Checksum{algorithm}"] == copied[f"Checksum{algorithm}"]
+    done = s3.complete_multipart_upload(Bucket=bucket, Key="ck-copy", UploadId=uid, MultipartUpload={
+        "Parts": [{"PartNumber": 1, "ETag": copied["ETag"], f"Checksum{algorithm}": copied[f"Checksum{algorithm}"]},
+                  {"PartNumber": 2, "ETag": sent["ETag"], f"Checksum{algorithm}": sent[f"Checksum{algorithm}"]}]})
+    assert done[f"Checksum{algorithm}"] and done["ChecksumType"] == kind
+    got = s3.get_object(Bucket=bucket, Key="ck-copy", ChecksumMode="ENABLED")
+    assert got["Body"].read() == source and got[f"Checksum{algorithm}"] == done[f"Checksum{algorithm}"]
+
+
 def test_conditional_complete(s3, bucket):
     s3.put_object(Bucket=bucket, Key="cmp", Body=b"exists")
     uid = s3.create_multipart_upload(Bucket=bucket, Key="cmp")["UploadId"]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ...store.base import ObjectMeta, PartInfo
 from ..body import LimitedReader, int_header, upload_stream
-from ..checksums import ALGORITHMS, composite, full_object, header_name
+from ..checksums import ALGORITHMS, VerifyingReader, composite, full_object, header_name
 from ..conditions import check_read, write_condition
 from ..context import S3Context
 from ..errors import S3Error
@@ -87,15 +87,20 @@ def upload_part(ctx: S3Context, req: Request) -> Response:
 def upload_part_copy(ctx: S3Context, req: Request) -> Response:
     number = _part_number(req)
     src_bucket, src_key = parse_copy_source(req.header("x-amz-copy-source", ""))
-    ctx.store.get_upload(req.bucket, req.key, req.query["uploadId"])
+    upload = ctx.store.get_upload(req.bucket, req.key, req.query["uploadId"])
     reader, size = _open_source_range(ctx, req, src_bucket, src_key)
+    # An upload created with a checksum algorithm needs every part's checksum to complete:
+    # the copied range gets it here, as S3 computes it for UploadPartCopy.
+    verifying = VerifyingReader(reader, content_md5=None, algorithms=tuple(upload.meta.checksums),
+                                expected=dict, expected_size=size)
     try:
-        part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, reader,
-                                     size=size)
+        part = ctx.store.upload_part(req.bucket, req.key, req.query["uploadId"], number, verifying,
+                                     lambda: dict(verifying.checksums), size=size)
     finally:
         reader.close()
     return Response.xml(document("CopyPartResult", [
-        element("LastModified", iso8601(part.last_modified)), element("ETag", f'"{part.etag}"')]))
+        element("LastModified", iso8601(part.last_modified)), element("ETag", f'"{part.etag}"'),
+        *(element(f"Checksum{a}", v) for a, v in part.checksums.items())]))
 
 
 def _open_source_range(ctx: S3Context, req: Request, bucket: str, key: str):
