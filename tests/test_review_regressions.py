@@ -209,6 +209,42 @@ def test_list_uploads_with_delimiter_pages_to_the_end(s3, bucket):
     assert seen == ["a/", "b"]
 
 
+def test_list_uploads_pages_past_a_key_that_ends_at_the_prefix(s3, bucket):
+    """A KeyMarker equal to the prefix ("dir/") is an upload's key, not a common prefix
+    already returned: paging goes on after it instead of stopping."""
+    for key in ("dir/", "dir/", "dir/x", "dir/y", "dir/z/1", "other"):
+        s3.create_multipart_upload(Bucket=bucket, Key=key)
+    seen, kwargs = [], {}
+    for _ in range(10):
+        page = s3.list_multipart_uploads(Bucket=bucket, Prefix="dir/", Delimiter="/", MaxUploads=1, **kwargs)
+        seen += [p["Prefix"] for p in page.get("CommonPrefixes", [])]
+        seen += [u["Key"] for u in page.get("Uploads", [])]
+        if not page["IsTruncated"]:
+            break
+        kwargs = {"KeyMarker": page["NextKeyMarker"], "UploadIdMarker": page["NextUploadIdMarker"]}
+    assert seen == ["dir/", "dir/", "dir/x", "dir/y", "dir/z/"]
+
+
+def test_list_uploads_encodes_keys_when_asked(s3, bucket):
+    key = "odd key+%/\u00e9\u6587"
+    s3.create_multipart_upload(Bucket=bucket, Key=key)
+    bodies = []
+
+    def keep(http_response, **_):
+        bodies.append(http_response.content)
+
+    s3.meta.events.register("after-call.s3.ListMultipartUploads", keep)
+    try:
+        page = s3.list_multipart_uploads(Bucket=bucket, EncodingType="url", Prefix="odd ")
+        plain = s3.list_multipart_uploads(Bucket=bucket, Prefix="odd ")
+    finally:
+        s3.meta.events.unregister("after-call.s3.ListMultipartUploads", keep)
+    assert page["EncodingType"] == "url" and "EncodingType" not in plain
+    assert b"<Key>odd%20key%2B%25/%C3%A9%E6%96%87</Key>" in bodies[0]
+    assert b"<Prefix>odd%20</Prefix>" in bodies[0]
+    assert plain["Uploads"][0]["Key"] == key
+
+
 def test_one_part_multipart_object_reports_its_part_count(s3, bucket):
     uid = s3.create_multipart_upload(Bucket=bucket, Key="one")["UploadId"]
     etag = s3.upload_part(Bucket=bucket, Key="one", UploadId=uid, PartNumber=1, Body=b"solo")["ETag"]

@@ -26,7 +26,7 @@ def _max_keys(req: Request) -> int:
 
 
 #: Listing parameters that name keys: they must be UTF-8, as keys are.
-_KEY_PARAMS = ("prefix", "delimiter", "marker", "start-after")
+_KEY_PARAMS = ("prefix", "delimiter", "marker", "start-after", "key-marker")
 
 
 def _check_key_params(req: Request) -> None:
@@ -40,7 +40,8 @@ def _check_key_params(req: Request) -> None:
                               "keys are UTF-8.") from None
 
 
-def _encoder(req: Request) -> Encoder:
+def encoder(req: Request) -> Encoder:
+    """The key encoding a listing asked for (``encoding-type``), its key parameters checked."""
     _check_key_params(req)
     encoding = req.query.get("encoding-type")
     if encoding not in (None, "url"):
@@ -79,7 +80,7 @@ def _common(req: Request, enc: Encoder, limit: int, page: ListPage) -> list[str]
 
 
 def list_objects_v1(ctx: S3Context, req: Request) -> Response:
-    enc, limit = _encoder(req), _max_keys(req)
+    enc, limit = encoder(req), _max_keys(req)
     marker = req.query.get("marker", "")
     page = _page(ctx, req, marker, limit)
     head = _common(req, enc, limit, page)
@@ -91,7 +92,7 @@ def list_objects_v1(ctx: S3Context, req: Request) -> Response:
 
 
 def list_objects_v2(ctx: S3Context, req: Request) -> Response:
-    enc, limit = _encoder(req), _max_keys(req)
+    enc, limit = encoder(req), _max_keys(req)
     token = req.query.get("continuation-token")
     start_after = req.query.get("start-after", "")
     after = _decode_token(token) if token is not None else start_after

@@ -15,6 +15,7 @@ from ..message import Request, Response
 from ..metadata import checksum_headers, meta_from_headers
 from ..names import check_key
 from ..xml import child_text, children, document, element, iso8601, parse
+from .listing import encoder
 from .objects import parse_copy_source
 
 MAX_PART_NUMBER = 10_000
@@ -242,31 +243,38 @@ def list_uploads(ctx: S3Context, req: Request) -> Response:
     key_marker = req.query.get("key-marker", "")
     id_marker = req.query.get("upload-id-marker", "")
     prefix, delimiter = req.query.get("prefix", ""), req.query.get("delimiter", "")
+    enc = encoder(req)
     uploads = [u for u in ctx.store.list_uploads(req.bucket, prefix)
                if (u.key, u.upload_id if id_marker else "") > (key_marker, id_marker) or not key_marker]
-    if delimiter and key_marker.endswith(delimiter) and key_marker.startswith(prefix):
-        # The marker is a common prefix already returned: skip everything under it.
-        uploads = [u for u in uploads if not u.key.startswith(key_marker)]
+    cut = key_marker.find(delimiter, len(prefix)) if delimiter and key_marker.startswith(prefix) else -1
+    if cut >= 0:
+        # The marker rolls up into a common prefix already returned: skip all of it. (A
+        # marker that is the prefix itself, "dir/" under prefix "dir/", is a key: go on after it.)
+        rolled = key_marker[:cut + len(delimiter)]
+        uploads = [u for u in uploads if not u.key.startswith(rolled)]
     entries = _roll_up(uploads, prefix, delimiter)
     page, truncated = entries[:limit], len(entries) > limit and limit > 0
     last = page[-1] if truncated else None
     next_key = "" if last is None else last if isinstance(last, str) else last.key
     next_id = "" if last is None or isinstance(last, str) else last.upload_id
-    body = [element("Bucket", req.bucket), element("KeyMarker", key_marker),
+    body = [element("Bucket", req.bucket), f"<KeyMarker>{enc.key(key_marker)}</KeyMarker>",
             element("UploadIdMarker", id_marker),
-            element("NextKeyMarker", next_key), element("NextUploadIdMarker", next_id),
-            element("Prefix", prefix)]
+            f"<NextKeyMarker>{enc.key(next_key)}</NextKeyMarker>", element("NextUploadIdMarker", next_id),
+            f"<Prefix>{enc.key(prefix)}</Prefix>"]
     if delimiter:
-        body.append(element("Delimiter", delimiter))
+        body.append(f"<Delimiter>{enc.key(delimiter)}</Delimiter>")
+    if enc.url:
+        body.append("<EncodingType>url</EncodingType>")
     body += [element("MaxUploads", limit), element("IsTruncated", str(truncated).lower())]
     for u in page:
         if isinstance(u, str):
             continue
-        body.append("<Upload>" + element("Key", u.key) + element("UploadId", u.upload_id)
+        body.append("<Upload>" + f"<Key>{enc.key(u.key)}</Key>" + element("UploadId", u.upload_id)
                     + "<Initiator>" + element("ID", ctx.owner_id) + element("DisplayName", ctx.owner_name)
                     + "</Initiator>" + ctx.owner_xml() + "<StorageClass>STANDARD</StorageClass>"
                     + element("Initiated", iso8601(u.initiated)) + "</Upload>")
-    body += [f"<CommonPrefixes>{element('Prefix', p)}</CommonPrefixes>" for p in page if isinstance(p, str)]
+    body += [f"<CommonPrefixes><Prefix>{enc.key(p)}</Prefix></CommonPrefixes>"
+             for p in page if isinstance(p, str)]
     return Response.xml(document("ListMultipartUploadsResult", body))
 
 
