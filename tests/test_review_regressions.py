@@ -245,6 +245,20 @@ def test_list_uploads_encodes_keys_when_asked(s3, bucket):
     assert plain["Uploads"][0]["Key"] == key
 
 
+def test_delete_objects_naming_a_version_deletes_nothing(s3, bucket):
+    """Versioning is never enabled, so a VersionId other than null names nothing: that key
+    is reported as an error and the current object stays (AWS never deletes the current
+    version in place of the one named)."""
+    for key in ("kept", "gone", "null-version"):
+        s3.put_object(Bucket=bucket, Key=key, Body=key.encode())
+    result = s3.delete_objects(Bucket=bucket, Delete={"Objects": [
+        {"Key": "kept", "VersionId": "3HL4kqtJlcpXroDTDmJ-rmSpXd3dIbrHY"}, {"Key": "gone"},
+        {"Key": "null-version", "VersionId": "null"}]})
+    assert sorted(d["Key"] for d in result["Deleted"]) == ["gone", "null-version"]
+    assert [(e["Key"], e["Code"]) for e in result["Errors"]] == [("kept", "NoSuchVersion")]
+    assert s3.get_object(Bucket=bucket, Key="kept")["Body"].read() == b"kept"
+
+
 def test_one_part_multipart_object_reports_its_part_count(s3, bucket):
     uid = s3.create_multipart_upload(Bucket=bucket, Key="one")["UploadId"]
     etag = s3.upload_part(Bucket=bucket, Key="one", UploadId=uid, PartNumber=1, Body=b"solo")["ETag"]

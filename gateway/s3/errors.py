@@ -37,6 +37,7 @@ STATUS = {
     "NoSuchBucket": 404,
     "NoSuchKey": 404,
     "NoSuchUpload": 404,
+    "NoSuchVersion": 404,
     "NotModified": 304,
     "NotImplemented": 501,
     "PreconditionFailed": 412,

@@ -173,10 +173,10 @@ def delete_objects(ctx: S3Context, req: Request) -> Response:
         key = child_text(node, "Key", strip=False)
         if not key:
             raise S3Error("MalformedXML", "Every Object in a Delete request needs a Key.")
-        keys.append(key)
+        keys.append((key, child_text(node, "VersionId")))
     results, deleted = [], []
-    for key in keys:
-        result, ok = _delete_one(ctx, req, key, quiet)
+    for key, version in keys:
+        result, ok = _delete_one(ctx, req, key, version, quiet)
         results.append(result)
         if ok:
             deleted.append(key)
@@ -185,11 +185,17 @@ def delete_objects(ctx: S3Context, req: Request) -> Response:
     return response
 
 
-def _delete_one(ctx: S3Context, req: Request, key: str, quiet: bool) -> tuple[str, bool]:
+def _delete_one(ctx: S3Context, req: Request, key: str, version: str | None,
+                quiet: bool) -> tuple[str, bool]:
     """Each key needs s3:DeleteObject on itself; a refusal is reported for that key only.
-    The key's XML result, and whether it was deleted."""
+    The key's XML result, and whether it was deleted. A version other than ``null`` names
+    one this gateway never has (versioning is never enabled): that key is refused, and the
+    current object is never deleted in its place."""
     try:
         check_key(key)
+        if version not in (None, "null"):
+            raise S3Error("NoSuchVersion", "The specified version does not exist: versioning is "
+                          "not enabled on this gateway.")
         if not req.permits("s3:DeleteObject", arn(req.bucket, key)):
             raise S3Error("AccessDenied", f"User: {req.writer} is not authorized to perform: "
                           f"s3:DeleteObject on resource: {arn(req.bucket, key)}")
