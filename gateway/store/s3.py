@@ -297,6 +297,12 @@ def _etag_parts(etag: str) -> int:
     return int(count) if "-" in etag and count.isdigit() else 0
 
 
+def _part_list(parts: Sequence[tuple[int, str]]) -> str:
+    """A short fingerprint of a Complete's (number, ETag) list, to know its retry."""
+    text = "\n".join(f"{number}:{etag.strip(chr(34))}" for number, etag in parts)
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def _multipart_etag(md5s: Sequence[str]) -> str:
     """The ETag S3 gives a multipart object; "" when a part's ETag is no MD5 (as
     SeaweedFS gives copied parts), since only the upstream knows it then."""
@@ -1153,7 +1159,7 @@ class S3Store:
         except NoSuchUpload:
             # Completed already (this is a retry, or lost a race with an identical
             # Complete): answer with that object while it is current. Aborted: 404.
-            return self._completed_before(bucket, key, upload_id)
+            return self._completed_before(bucket, key, upload_id, parts)
 
     def _complete(self, bucket: str, key: str, upload_id: str, upstream: str,
                   chosen: list[PartInfo], meta: ObjectMeta,
@@ -1162,7 +1168,8 @@ class S3Store:
         etag = _multipart_etag([p.etag for p in chosen])
         sizes = [p.size for p in chosen]
         done_name = self._done_name(bucket, key, upload_id)
-        done = {"etag": etag, "m": meta.to_dict(), "ps": _rle(sizes), "at": time.time()}
+        done = {"etag": etag, "m": meta.to_dict(), "ps": _rle(sizes), "at": time.time(),
+                "pl": _part_list([(p.part_number, p.etag) for p in chosen])}
         self._put_json(done_name, done)
         request = [{"PartNumber": p.part_number, "ETag": f'"{p.etag}"'} for p in chosen]
         try:
@@ -1187,12 +1194,15 @@ class S3Store:
         return ObjectInfo(bucket, key, sum(sizes), final, time.time(), meta,
                           tuple(sizes) if len(sizes) > 1 else ())
 
-    def _completed_before(self, bucket: str, key: str, upload_id: str) -> ObjectInfo:
+    def _completed_before(self, bucket: str, key: str, upload_id: str,
+                          parts: Sequence[tuple[int, str]]) -> ObjectInfo:
         """A retried Complete (its first response lost) gets the object it created, while
-        that object is still the current one."""
+        that object is still the current one, and only for the same list of parts: another
+        list names an upload that no longer exists (records from before the list was kept
+        are taken at their word)."""
         if _UPLOAD_ID.fullmatch(upload_id or ""):
             done = self._get_json(self._done_name(bucket, key, upload_id))
-            if done is not None:
+            if done is not None and done.get("pl", _part_list(parts)) == _part_list(parts):
                 try:
                     current = self._head(bucket, key)
                 except NoSuchKey:
