@@ -16,6 +16,7 @@ from .iam.audit import AuditLog, AuditRecord, scrub_user_agent
 from .iam.authz import reason as decision_reason
 from .iam.policy import Decision
 from .iam.principals import Principal
+from .log.records import printable
 from .metrics import Metrics
 
 #: The access key ID a failed request claimed (never the secret: a bearer token's
@@ -63,12 +64,12 @@ class Recorder:
         record = AuditRecord(
             time=time.time(), request_id=outcome.request_id,
             principal=outcome.principal.name if outcome.principal else None,
-            access_key=outcome.principal.access_key if outcome.principal else claimed_key(outcome),
-            action=outcome.action, resource=outcome.resource, operation=outcome.operation,
+            access_key=outcome.principal.access_key if outcome.principal else _text(claimed_key(outcome)),
+            action=outcome.action, resource=_text(outcome.resource), operation=outcome.operation,
             decision="allow" if allowed else "deny", reason=_reason(outcome),
             status=outcome.status, bytes_in=outcome.bytes_in, bytes_out=outcome.bytes_out,
             remote_addr=outcome.client_ip,
-            user_agent=scrub_user_agent(outcome.headers.get("user-agent")),
+            user_agent=_text(scrub_user_agent(outcome.headers.get("user-agent"))),
             error=outcome.error, version=outcome.version)
         stored = self.audit.record_durable(record) if durable else True
         if not durable:
@@ -77,6 +78,11 @@ class Recorder:
                              outcome.bytes_in, outcome.bytes_out,
                              denied=outcome.decision is not None and not allowed)
         return stored
+
+
+def _text(value: str | None) -> str | None:
+    """Client-sent text as the audit keeps it: a stray non-UTF-8 byte spelled out."""
+    return printable(value) if isinstance(value, str) else value
 
 
 def claimed_key(outcome: Outcome) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import subprocess
@@ -726,3 +727,33 @@ def test_virtual_host_keys_named_like_gateway_paths_are_objects(tmp_path):
         assert s3.get_object(Bucket="vh-bucket", Key="metrics")["Body"].read() == b"object metrics"
     finally:
         gateway.stop()
+
+
+def test_a_stray_byte_in_a_request_is_audited_and_stops_nothing(gw, admin):
+    """A header byte that is not UTF-8 reaches the audit record spelled out (\\xff), and the
+    log goes on: it once stopped the log writer, and with it every durable write."""
+    import socket
+
+    from rawhttp import read_response
+
+    with socket.create_connection(("127.0.0.1", gw.port), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nUser-Agent: probe-\xff-agent\r\n"
+                     b"Connection: close\r\n\r\n")
+        assert read_response(sock, "GET")[0] == 403
+    # a durable write, through the log, still goes through at once
+    admin.create_agent("after-stray-byte")
+    records = all_audit(admin)
+    assert any(r["user_agent"] == "probe-\\xff-agent" for r in records)
+    assert any(r["operation"] == "CreateAgent" and r["status"] == 201 for r in records
+               if (r.get("resource") or "").endswith("after-stray-byte"))
+    # A query value that is not UTF-8 names nothing: 400, on REST and S3 alike.
+    for path, query in (("/v1/events", "session=%FF"), ("/agent-x/k", "uploadId=%FF")):
+        headers = admin.sign("GET", path, query)
+        conn = http.client.HTTPConnection("127.0.0.1", gw.port, timeout=10)
+        try:
+            conn.request("GET", f"{path}?{query}", headers=headers)
+            answer = conn.getresponse()
+            body = answer.read()
+        finally:
+            conn.close()
+        assert answer.status == 400 and b"InvalidArgument" in body and b"not valid UTF-8" in body

@@ -195,6 +195,38 @@ def test_a_failed_commit_is_not_acknowledged_and_the_log_recovers(tmp_path, monk
         log.close()
 
 
+def test_text_that_is_not_unicode_is_written_spelled_out():
+    """A header byte that is not UTF-8 (a surrogate escape) once made the log writer's
+    thread die: every durable write after it failed until a restart."""
+    record = AuditEntry({"request_id": "R1", "user_agent": "probe-\udcff-agent", "x": ["\ud800"]})
+    (back,) = decode(encode([record], "w1", 1), "w1", 1)
+    assert back.record == {"request_id": "R1", "user_agent": "probe-\\xff-agent", "x": ["\\ud800"]}
+
+
+def test_an_unexpected_failure_fails_its_writes_and_the_log_goes_on(tmp_path):
+    inner = LocalStore(tmp_path / "store")
+    inner.create_bucket(INTERNAL_BUCKET)
+
+    class Broken(FailingStore):
+        def put_object(self, *args, **kwargs):
+            if self.down:
+                raise ValueError("not a store error")
+            return self.inner.put_object(*args, **kwargs)
+
+    store = Broken(inner)
+    log = DurableLog(store, flush_interval=60).start()
+    try:
+        store.down = True
+        with pytest.raises(LogUnavailable, match="nothing was stored"):
+            log.append([bio(1)])
+        store.down = False
+        log.append([bio(2)])
+        records = [r for o in DurableLog(inner).reader.read_pending({}) for r in o.records]
+        assert [r.event["event_id"] for r in records] == ["e2"]
+    finally:
+        log.close()
+
+
 def test_checkpoints_are_compare_and_swap(store):
     log = DurableLog(store)
     one = log.checkpoints.load("biography")

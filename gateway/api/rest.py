@@ -30,7 +30,7 @@ from ..logs import log
 from ..recorder import Outcome, Recorder
 from ..s3.body import receive_some
 from ..s3.errors import from_exception
-from ..s3.sigv4 import AuthError, parse_query
+from ..s3.sigv4 import AuthError, not_utf8, parse_query
 
 #: REST bodies are small documents (a policy is at most 20 KB).
 MAX_BODY = 1024 * 1024
@@ -236,6 +236,9 @@ class RestApp:
             auth = self._authenticate(scope, outcome)
         _check_payload(auth.payload_hash, body)
         outcome.principal = auth.principal
+        if (bad := not_utf8(pairs)) is not None:
+            raise ApiError("InvalidArgument", f"The query parameter {bad} is not valid UTF-8 once "
+                           "percent-decoded.", 400)
         route, params = self.router.match(scope["method"], scope["path"])
         outcome.operation, outcome.action, outcome.durable = route.operation, route.action, route.durable
         outcome.audit_or_fail = route.audit_or_fail

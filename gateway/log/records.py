@@ -120,9 +120,46 @@ def encode(records: list[Record], writer: str, seq: int) -> bytes:
     header = {"format": FORMAT_VERSION, "writer": writer, "seq": seq, "count": len(records),
               "ids_marked": True}
     lines = [orjson.dumps(header)]
-    lines.extend(orjson.dumps(r.line()) for r in records)
+    lines.extend(_dumps(r.line()) for r in records)
     lines.append(b"")
     return zstandard.ZstdCompressor(level=_LEVEL).compress(b"\n".join(lines))
+
+
+def _dumps(line: dict) -> bytes:
+    """A record's JSON line. Text that is not valid Unicode (a request header's stray byte,
+    kept as a surrogate escape, goes into the audit record as the client sent it) is written
+    with that byte spelled out, ``\\xff``: the record is kept, and readable."""
+    try:
+        return orjson.dumps(line)
+    except TypeError:
+        return orjson.dumps(_printable(line))
+
+
+def printable(text: str) -> str:
+    """``text`` as valid Unicode: a byte a client sent that is not UTF-8 (kept as a
+    surrogate escape) is spelled ``\\xff``, any other lone surrogate ``\\udXXX``."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        if _escapes_only(text):
+            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _printable(value):
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_printable(k): _printable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_printable(v) for v in value]
+    return value
+
+
+def _escapes_only(text: str) -> bool:
+    """Whether every surrogate in ``text`` is a surrogate escape of one byte (U+DC80..DCFF)."""
+    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in text)
 
 
 def encoded_size(data: bytes) -> int:

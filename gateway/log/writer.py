@@ -219,9 +219,19 @@ class LogWriter:
             self._finish(waiters, None, LogUnavailable(
                 f"the log could not be written ({exc.message}); nothing was stored, retry"))
             return
+        except Exception as exc:  # noqa: BLE001 - records that can never be written: drop them, go on
+            log.error("log_commit_refused", writer=self.writer_id, seq=seq, records=len(records),
+                      error=exc.__class__.__name__)
+            self._finish(waiters, None, LogUnavailable(
+                "the log could not write this request's records; nothing was stored"))
+            return
         self.commits += 1
         if self.on_commit is not None:
-            self.on_commit(self.writer_id, seq, records, size)
+            try:
+                self.on_commit(self.writer_id, seq, records, size)
+            except Exception as exc:  # noqa: BLE001 - the commit stands; only the notice failed
+                log.error("log_commit_notice_failed", writer=self.writer_id, seq=seq,
+                          error=exc.__class__.__name__)
         self._finish(waiters, Position(self.writer_id, seq), None)
 
     def _store(self, seq: int, records: list[Record]) -> int:

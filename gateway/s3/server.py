@@ -29,7 +29,7 @@ from .handlers.objects import parse_copy_source
 from .message import Request, Response, split_path
 from .names import check_bucket_name
 from .router import SEALED_OPERATIONS, SUBRESOURCES, route
-from .sigv4 import parse_query
+from .sigv4 import not_utf8, parse_query
 from .xml import error_document
 
 #: Bodies up to this size are received on the loop before the handler runs (and so
@@ -135,6 +135,9 @@ class S3App:
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")
         raw_query = scope.get("query_string", b"").decode("latin-1")
         pairs = parse_query(raw_query)
+        if (bad := not_utf8(pairs)) is not None:
+            raise S3Error("InvalidArgument", f"The query parameter {bad} is not valid UTF-8 once "
+                          "percent-decoded.")
         query: dict[str, str] = {}
         for name, value in pairs:
             query.setdefault(name, value)

@@ -188,6 +188,19 @@ def parse_query(raw_query: str | bytes) -> list[tuple[str, str]]:
             for k, v in _split_query(raw_query)]
 
 
+def not_utf8(pairs: list[tuple[str, str]]) -> str | None:
+    """The name of the first query parameter that is not UTF-8 once percent-decoded (kept
+    as surrogate escapes by :func:`parse_query`), or None. Such a value names no key,
+    upload or path; it is refused rather than passed on."""
+    for name, value in pairs:
+        try:
+            name.encode("utf-8")
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return name.encode("utf-8", "backslashreplace").decode("ascii", "backslashreplace")
+    return None
+
+
 def _canonical_component(raw: bytes) -> str:
     if _UNRESERVED.fullmatch(raw):  # the common case: already canonical
         return raw.decode("ascii")
