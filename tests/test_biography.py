@@ -171,6 +171,51 @@ def test_an_agent_reads_and_writes_only_its_own_biography(admin, gw, root):
     assert agents <= {f"agent={name}", f"agent={other}"} and f"agent={other}" in agents
 
 
+def test_a_deny_on_one_session_holds_in_timelines_session_lists_and_segments(admin, gw, root):
+    """An auditor granted all of an agent's biography but denied its hr-* sessions: the
+    agent's timeline, its session list and its open questions leave them out, and its
+    Parquet segments (which hold every session of a day) are refused whole."""
+    name, auditor, created = new_agent(admin, gw)
+    other, other_client, owner = new_agent(admin, gw)
+    other_client.put_events(transcript(150, "build") + [
+        {"session": "hr-review", "kind": "question", "content": "MARKER-SALARY: raise for the CEO?"},
+        {"session": "hr-review", "kind": "note", "content": "MARKER-SALARY figures"}] + transcript(150, "deploy"))
+    admin.put_policy(f"audit-{other}", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["bio:GetEvents", "bio:ListSessions"],
+         "Resource": f"arn:orgmem:bio:::{other}/*"},
+        {"Effect": "Deny", "Action": "bio:*", "Resource": f"arn:orgmem:bio:::{other}/hr-*"}]})
+    admin.attach_policy(f"audit-{other}", agent=name)
+    time.sleep(1.2)
+    for _before_and_after_compaction in range(2):
+        pages = [auditor.events(agent=other, limit=40)]
+        while pages[-1]["next_cursor"]:
+            pages.append(auditor.events(agent=other, limit=40, cursor=pages[-1]["next_cursor"]))
+        seen = [e for p in pages for e in p["events"]]
+        assert len(seen) == 300 and {e["session"] for e in seen} == {"build", "deploy"}
+        assert all(len(p["events"]) == 40 for p in pages[:-1])  # a hidden session leaves no short page
+        assert [s["session"] for s in auditor.sessions(agent=other)["sessions"]] in (
+            ["deploy", "build"], ["build", "deploy"])
+        with pytest.raises(AdminError) as refused:
+            auditor.events(agent=other, session="hr-review")
+        assert refused.value.status == 403
+        root.compact()
+    s3 = s3_client(gw, created["access_key"], created["secret_key"])
+    listed = s3.list_objects_v2(Bucket="biographies", Prefix=f"agent={other}/").get("Contents", [])
+    assert listed == []
+    segment = next(o["Key"] for o in root_s3(gw).list_objects_v2(
+        Bucket="biographies", Prefix=f"agent={other}/")["Contents"])
+    with pytest.raises(ClientError) as refused:
+        s3.get_object(Bucket="biographies", Key=segment)
+    assert refused.value.response["Error"]["Code"] == "AccessDenied"
+    # the agent itself still reads its own segments whole
+    mine = s3_client(gw, owner["access_key"], owner["secret_key"])
+    assert mine.get_object(Bucket="biographies", Key=segment)["Body"].read(4) == b"PAR1"
+
+
+def root_s3(gw):
+    return s3_client(gw, gw.access_key, gw.secret_key)
+
+
 def test_planted_secrets_are_redacted_before_anything_is_stored(admin, gw):
     _, agent, _ = new_agent(admin, gw)
     key = "AKIA" + "Z7QW3RT5YU8IOPAS"

@@ -848,3 +848,27 @@ def test_evaluate_is_cheap_enough_per_request():
         per_call = (time.perf_counter() - start) / n * 1e6
         print(f"\n  evaluate {action} on {resource}: {per_call:.2f} us/call")
     print(f"  compile agent-default + readonly: {compile_us:.0f} us")
+
+
+def _glob(pattern: str) -> tuple:
+    return tuple(None if c == "*" else "" if c == "?" else c for c in pattern)
+
+
+@pytest.mark.parametrize("deny, not_resource, expected", [
+    ("arn:orgmem:bio:::alice/hr-*", False, True),     # some sessions of alice
+    ("arn:orgmem:bio:::alice/hr-1", False, True),     # one session
+    ("arn:orgmem:bio:::*", False, True),              # everything
+    ("arn:orgmem:bio:::al?ce/x", False, True),        # may match
+    ("arn:orgmem:bio:::bob/*", False, False),         # another agent
+    ("arn:orgmem:bio:::alice", False, False),         # not a session of alice
+    ("arn:orgmem:bio:::alicex/*", False, False),      # an agent whose name starts alike
+    ("arn:orgmem:bio:::alice/*", True, False),        # NotResource keeping all of alice
+    ("*", True, False),
+    ("arn:orgmem:bio:::bob/*", True, True),           # NotResource: denies alice's sessions
+    ("arn:orgmem:bio:::alice/public-*", True, True),  # ... and alice's other ones
+])
+def test_a_deny_that_may_take_some_resource_under_a_prefix_is_found(deny, not_resource, expected):
+    from gateway.iam.authz import denies_some_under
+
+    assert denies_some_under([(_glob(deny), not_resource)], "arn:orgmem:bio:::alice/") is expected
+    assert denies_some_under([], "arn:orgmem:bio:::alice/") is False

@@ -8,6 +8,7 @@ reading another agent's needs a ``bio:`` grant on ``arn:orgmem:bio:::AGENT/SESSI
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,8 +103,10 @@ class BioApi:
 
     def get_events(self, call: Call) -> Reply:
         q = call.query
-        f = Filter(self._agent(call), q.get("session") or None, _kinds(q.get("kind")),
-                   _time(q.get("since"), "since"), _time(q.get("until"), "until"))
+        agent, session = self._agent(call), q.get("session") or None
+        f = Filter(agent, session, _kinds(q.get("kind")), _time(q.get("since"), "since"),
+                   _time(q.get("until"), "until"),
+                   readable=None if session else _sessions_allowed(call, "bio:GetEvents", agent))
         try:
             events, cursor = self.bios.events(f, _limit(q.get("limit")), q.get("cursor") or None)
         except BadCursor as exc:
@@ -111,8 +114,16 @@ class BioApi:
         return Reply(200, {"events": [e.to_api() for e in events], "next_cursor": cursor})
 
     def list_sessions(self, call: Call) -> Reply:
+        """The agent's sessions that the caller may list; the open questions (events) of
+        those whose events it may read."""
         agent = self._agent(call)
-        return Reply(200, {"agent": agent, "sessions": self.bios.sessions(agent)})
+        listed = _sessions_allowed(call, "bio:ListSessions", agent)
+        readable = _sessions_allowed(call, "bio:GetEvents", agent)
+        sessions = [s for s in self.bios.sessions(agent) if listed is None or listed(s["session"])]
+        for s in sessions:
+            if readable is not None and not readable(s["session"]):
+                s["open_questions"] = []
+        return Reply(200, {"agent": agent, "sessions": sessions})
 
     # -- upkeep -----------------------------------------------------------------
 
@@ -143,6 +154,22 @@ class BioApi:
             raise ApiError("InvalidArgument",
                            "reset drops one agent's own setting: give agent, without days.")
         return Reply(200, self.bios.set_retention(body.agent, body.days, body.reset).to_dict())
+
+
+def _sessions_allowed(call: Call, action: str, agent: str) -> Callable[[str], bool] | None:
+    """Which of ``agent``'s sessions the caller may ``action``: the request was allowed on
+    ``AGENT/*``, but a Deny may still take some sessions (``AGENT/hr-*``). Each session is
+    decided once per request; None for root, who is never denied."""
+    if call.principal.is_root:
+        return None
+    decided: dict[str, bool] = {}
+
+    def allowed(session: str) -> bool:
+        if session not in decided:
+            decided[session] = call.permits(action, f"{ARN}{agent}/{session}")
+        return decided[session]
+
+    return allowed
 
 
 def _audit_days(policy) -> dict:

@@ -18,8 +18,8 @@ from __future__ import annotations
 import base64
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection, Iterable
+from dataclasses import dataclass, field
 
 import orjson
 import pyarrow as pa
@@ -51,12 +51,15 @@ class Filter:
     kinds: frozenset[str] | None = None
     since: int | None = None  # microseconds, inclusive
     until: int | None = None  # microseconds, exclusive
+    #: the sessions the reader may see (a Deny can take some of a granted agent's); None: all
+    readable: Callable[[str], bool] | None = field(default=None, compare=False)
 
     def keeps(self, e: Event) -> bool:
         return ((self.session is None or e.session == self.session)
                 and (self.kinds is None or e.kind in self.kinds)
                 and (self.since is None or e.ts >= self.since)
-                and (self.until is None or e.ts < self.until))
+                and (self.until is None or e.ts < self.until)
+                and (self.readable is None or self.readable(e.session)))
 
     def sort_key(self, e: Event) -> tuple:
         """A session reads in session order; an agent's timeline in time order."""
@@ -197,6 +200,11 @@ def _filtered(table: pa.Table, f: Filter) -> pa.Table:
         mask = _and(mask, pc.greater_equal(ts, f.since))
     if f.until is not None:
         mask = _and(mask, pc.less(ts, f.until))
+    if f.readable is not None:
+        # before any page is cut from the segment, so a page is never short for it
+        hidden = [s for s in pc.unique(table["session"]).to_pylist() if not f.readable(s)]
+        if hidden:
+            mask = _and(mask, pc.invert(pc.is_in(table["session"], pa.array(hidden, pa.string()))))
     return table if mask is None else table.filter(mask)
 
 

@@ -50,6 +50,43 @@ class Authorizer:
             return []
         return self.identities.policy_set(principal).denials(action, context)
 
+    def denies_some_under(self, principal: Principal, action: str, prefix: str, context: Context) -> bool:
+        """Whether an explicit Deny of ``action`` may cover some resource under ``prefix``."""
+        return denies_some_under(self.denials(principal, action, context), prefix)
+
+
+def denies_some_under(denials: list[tuple[Glob, bool]], prefix: str) -> bool:
+    """Whether any of ``denials`` (see ``Authorizer.denials``) may take away some resource
+    that starts with ``prefix``. Conservative: True whenever a pattern might, so a caller
+    that must serve all resources under ``prefix`` or none refuses rather than leaks."""
+    for glob, not_resource in denials:
+        if not_resource:
+            if not _covers_all_under(glob, prefix):  # it denies what the pattern leaves out
+                return True
+        elif _may_match_under(glob, prefix):
+            return True
+    return False
+
+
+def _may_match_under(glob: Glob, prefix: str) -> bool:
+    """Whether some resource starting with ``prefix`` may match ``glob``."""
+    text = ""
+    for unit in glob:
+        if not unit:  # "*" or "?": anything after it may match
+            return True
+        text += unit
+        if not (prefix.startswith(text) or text.startswith(prefix)):
+            return False
+    return text.startswith(prefix)
+
+
+def _covers_all_under(glob: Glob, prefix: str) -> bool:
+    """Whether ``glob`` matches every resource starting with ``prefix`` (only the plain
+    form is recognised: literal text that ``prefix`` starts with, then one final ``*``)."""
+    if not glob or glob[-1] is not None or any(not unit for unit in glob[:-1]):
+        return False
+    return prefix.startswith("".join(glob[:-1]))
+
 
 def reason(decision: Decision, items_denied: int = 0) -> str:
     """The short audit form of what decided: ``policy#sid``, ``root`` or ``implicit-deny``."""

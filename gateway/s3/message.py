@@ -35,6 +35,11 @@ class Request:
         """Whether the caller may ``action`` on ``resource``; replaced once authenticated."""
         return False
 
+    def denies_under(self, action: str, prefix: str) -> bool:
+        """Whether a Deny may take some resource under ``prefix`` from the caller (see
+        ``Authorizer.denies_some_under``); replaced once authenticated."""
+        return True
+
     def header(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name, default)
 

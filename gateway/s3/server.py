@@ -229,6 +229,8 @@ class S3App:
         context = access.context(req, op_name)
         req.permits = lambda act, resource, counted=True: self._permits(outcome, principal, act, resource,
                                                                         context, counted)
+        req.denies_under = lambda act, prefix: self.authorizer.denies_some_under(principal, act, prefix,
+                                                                                  context)
         source = None
         if op_name in COPY_OPERATIONS:
             source = parse_copy_source(req.header("x-amz-copy-source", ""))

@@ -5,8 +5,9 @@ ordinary listing and GET handlers (ranges, conditional reads) serve it unchanged
 of an ``.ndjson``/``.jsonl`` object, single or multipart (the aws cli switches to
 multipart above 8 MB), is staged in the internal bucket, validated whole, ingested as
 the caller, and removed: the bucket stores no NDJSON, only the events it carried.
-Permissions are the biography's: ``bio:GetEvents`` on ``AGENT/*`` to read an agent's
-segments, ``bio:PutEvents`` on ``AGENT/SESSION`` for every event written.
+Permissions are the biography's: ``bio:GetEvents`` on ``AGENT/*`` (and no Deny on any of its
+sessions) to read an agent's segments, ``bio:PutEvents`` on ``AGENT/SESSION`` for every event
+written.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ def _service(ctx: S3Context) -> Biographies:
 
 
 def _may_read(req: Request, agent: str) -> bool:
-    return req.permits("bio:GetEvents", f"{ARN}{agent}/*", counted=False)
+    """A segment holds every session of its agent and day, so reading it needs every
+    session: ``bio:GetEvents`` on ``AGENT/*``, and no Deny on any session within."""
+    return (req.permits("bio:GetEvents", f"{ARN}{agent}/*", counted=False)
+            and not req.denies_under("bio:GetEvents", f"{ARN}{agent}/"))
 
 
 def _view(ctx: S3Context, req: Request) -> S3Context:
@@ -81,9 +85,14 @@ def head_object(ctx: S3Context, req: Request) -> Response:
 
 def _check_read(req: Request) -> None:
     agent = req.key.split("/", 1)[0].removeprefix("agent=") if req.key.startswith("agent=") else None
-    if agent is not None and not req.permits("bio:GetEvents", f"{ARN}{agent}/*"):
+    if agent is None:
+        return
+    if not req.permits("bio:GetEvents", f"{ARN}{agent}/*"):
         raise S3Error("AccessDenied", f"You may not read the biography of {agent!r} "
                       f"(bio:GetEvents on {ARN}{agent}/*).")
+    if req.denies_under("bio:GetEvents", f"{ARN}{agent}/"):
+        raise S3Error("AccessDenied", f"A policy denies you some sessions of {agent!r}, and a segment "
+                      "holds all of them: read the others through GET /v1/events.")
 
 
 # -- writing ---------------------------------------------------------------------------
