@@ -267,6 +267,25 @@ def test_lowering_max_versions_needs_the_right_to_destroy(gw, root, admin):
     assert len(root.meta(path)["versions"]) == 3
 
 
+def test_a_listing_leaves_out_what_a_deny_takes_from_the_granted_prefix(gw, root, admin):
+    name, agent, _ = new_agent(admin, gw)
+    base = uid("shared")
+    for path in ("app/db", "admin/break-glass", "admin/deeper/root-pw"):
+        root.call("PUT", f"secrets/{base}/{path}", {"value": "v-" + path, "metadata": {"owner": "cfo"}})
+    admin.put_policy(f"ops-{name}", json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["vault:GetSecret", "vault:ListSecrets"],
+         "Resource": f"arn:orgmem:vault:::{base}/*"},
+        {"Effect": "Deny", "Action": "vault:*", "Resource": f"arn:orgmem:vault:::{base}/admin/*"}]}).encode())
+    admin.attach_policy(f"ops-{name}", agent=name)
+    time.sleep(1.2)
+    assert agent.call("GET", f"secrets/{base}/admin/")[0] == 403
+    status, body, _ = agent.call("GET", f"secrets/{base}/", query={"recursive": "true"})
+    assert status == 200 and [s["path"] for s in body["secrets"]] == [f"{base}/app/db"]
+    status, body, _ = agent.call("GET", f"secrets/{base}/")
+    assert status == 200 and body["folders"] == [f"{base}/app/"] and body["secrets"] == []
+    assert "admin" not in json.dumps(body)
+
+
 def test_vault_values_are_redacted_wherever_an_event_holds_them(gw, root, admin):
     name, _, created = new_agent(admin, gw)
     token = "FILEVAL-" + uuid.uuid4().hex
