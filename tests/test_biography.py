@@ -19,6 +19,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
 from clients import clean_env, run
+from rawhttp import error_code, request, sign
 from servers import Gateway
 
 from gateway.admin_client import AdminClient, AdminError
@@ -298,6 +299,20 @@ def test_bad_s3_uploads_are_refused_with_nothing_stored(admin, gw, tmp_path):
         s3.delete_object(Bucket="biographies", Key="agent=x/date=2026-11-30/a.parquet")
     assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 405
     assert all_events(agent) == []
+    # Refused before anything is staged: too large by its declared size, or from a caller
+    # who may write no events at all (it could otherwise fill the disk with parts).
+    headers = sign("PUT", "/biographies/huge.ndjson", {}, {"host": f"127.0.0.1:{gw.port}",
+                   "content-length": str(300 * 1024 * 1024), "expect": "100-continue"}, "UNSIGNED-PAYLOAD",
+                   created["access_key"], created["secret_key"])
+    status, _, body = request(gw.port, "PUT", "/biographies/huge.ndjson", headers)
+    assert status == 400 and error_code(body) == "EntityTooLarge"
+    nobody = admin.create_agent(f"nobody-{uuid.uuid4().hex[:6]}", policies=[])
+    s3_nobody = s3_client(gw, nobody["access_key"], nobody["secret_key"])
+    for attempt in (lambda: s3_nobody.put_object(Bucket="biographies", Key="junk.ndjson", Body=b"x" * 100),
+                    lambda: s3_nobody.create_multipart_upload(Bucket="biographies", Key="junk.ndjson")):
+        with pytest.raises(ClientError) as refused:
+            attempt()
+        assert refused.value.response["Error"]["Code"] == "AccessDenied"
 
 
 def test_parquet_reads_back_with_pyarrow_and_duckdb_through_the_gateway(admin, gw, root, tmp_path):

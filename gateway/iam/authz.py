@@ -50,6 +50,14 @@ class Authorizer:
             return []
         return self.identities.policy_set(principal).denials(action, context)
 
+    def allows_some_under(self, principal: Principal, action: str, prefix: str, context: Context) -> bool:
+        """Whether an Allow of ``action`` may reach some resource under ``prefix``: a cheap
+        gate before work whose every item is authorized later (it errs towards yes)."""
+        if principal.is_root:
+            return True
+        allowances = self.identities.policy_set(principal).allowances(action, context)
+        return any(not_resource or _may_match_under(glob, prefix) for glob, not_resource in allowances)
+
     def denies_some_under(self, principal: Principal, action: str, prefix: str, context: Context) -> bool:
         """Whether an explicit Deny of ``action`` may cover some resource under ``prefix``."""
         return denies_some_under(self.denials(principal, action, context), prefix)

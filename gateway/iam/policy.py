@@ -681,10 +681,20 @@ class PolicySet:
         resource: ``(pattern, not_resource)`` per resource pattern of each Deny statement that
         covers the action and whose conditions hold. A search turns them into exclusions, so a
         Deny inside a granted scope leaves no trace in counts."""
+        return self._patterns(action, context, deny=True)
+
+    def allowances(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
+                   ) -> list[tuple[Glob, bool]]:
+        """Like :meth:`denials`, for the Allow statements: what ``action`` may reach at most."""
+        return self._patterns(action, context, deny=False)
+
+    def _patterns(self, action: str, context: Mapping[str, str | Sequence[str]] | None,
+                  deny: bool) -> list[tuple[Glob, bool]]:
         context = context or {}
         out: list[tuple[Glob, bool]] = []
         for st in self._by_action.get(action) or self._candidates(action):
-            if st.deny and (not st.tests or all(t.holds(self._values(t.key, context)) for t in st.tests)):
+            if st.deny == deny and (not st.tests
+                                    or all(t.holds(self._values(t.key, context)) for t in st.tests)):
                 out.extend((glob, st.not_resource) for glob in st.globs)
         return out
 
@@ -731,6 +741,13 @@ class SessionPolicySet:
     def denials(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
                 ) -> list[tuple[Glob, bool]]:
         return self.identity.denials(action, context) + self.session.denials(action, context)
+
+    def allowances(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
+                   ) -> list[tuple[Glob, bool]]:
+        """The principal's own Allows, when the session policy allows the action at all."""
+        if not self.session.allowances(action, context):
+            return []
+        return self.identity.allowances(action, context)
 
     def evaluate(self, action: str, resource: str,
                  context: Mapping[str, str | Sequence[str]] | None = None) -> Decision:

@@ -40,6 +40,11 @@ class Request:
         ``Authorizer.denies_some_under``); replaced once authenticated."""
         return True
 
+    def allows_under(self, action: str, prefix: str) -> bool:
+        """Whether an Allow may reach some resource under ``prefix`` (see
+        ``Authorizer.allows_some_under``); replaced once authenticated."""
+        return False
+
     def header(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name, default)
 

@@ -231,6 +231,8 @@ class S3App:
                                                                         context, counted)
         req.denies_under = lambda act, prefix: self.authorizer.denies_some_under(principal, act, prefix,
                                                                                   context)
+        req.allows_under = lambda act, prefix: self.authorizer.allows_some_under(principal, act, prefix,
+                                                                                  context)
         source = None
         if op_name in COPY_OPERATIONS:
             source = parse_copy_source(req.header("x-amz-copy-source", ""))

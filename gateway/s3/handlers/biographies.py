@@ -110,7 +110,24 @@ def _check_ingest_key(key: str) -> None:
                       f"the key must end in .ndjson or .jsonl, not {key!r}.")
 
 
+def _check_write(req: Request, size: int | None = None) -> None:
+    """Before anything is staged: the caller may write some events (each event's grant is
+    checked at ingest), and the object is not already too large by its declared size."""
+    if not req.allows_under("bio:PutEvents", ARN):
+        raise S3Error("AccessDenied", "You may not write events (bio:PutEvents), so nothing is "
+                      f"written to the {BUCKET} bucket.")
+    if size is not None and size > MAX_OBJECT:
+        raise S3Error("EntityTooLarge", f"An events object is at most {MAX_OBJECT} bytes; split it "
+                      "into several objects.")
+
+
+def _declared_size(req: Request) -> int | None:
+    value = req.header("x-amz-decoded-content-length") or req.header("content-length")
+    return int(value) if value is not None and value.isdigit() else None
+
+
 def put_object(ctx: S3Context, req: Request) -> Response:
+    _check_write(req, _declared_size(req))
     staged = _staged(req)
     response = objects.put_object(ctx, staged)
     _ingest(ctx, req, staged)
@@ -118,11 +135,17 @@ def put_object(ctx: S3Context, req: Request) -> Response:
 
 
 def create_upload(ctx: S3Context, req: Request) -> Response:
+    _check_write(req)
     return _renamed(multipart.create_upload(ctx, _staged(req)), req)
 
 
 def upload_part(ctx: S3Context, req: Request) -> Response:
-    return multipart.upload_part(ctx, _staged(req))
+    staged = _staged(req)
+    number = req.query.get("partNumber")
+    others = sum(p.size for p in ctx.store.list_parts(INTERNAL_BUCKET, staged.key, req.query["uploadId"])
+                 if str(p.part_number) != number)
+    _check_write(req, others + (_declared_size(req) or 0))
+    return multipart.upload_part(ctx, staged)
 
 
 def complete_upload(ctx: S3Context, req: Request) -> Response:
