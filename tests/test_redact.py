@@ -456,6 +456,24 @@ def test_add_values(red):
     assert n == 1 and long_value not in data["out"]
 
 
+def test_vault_values_are_found_as_json_spells_them(red):
+    """Tool output is often json.dumps of a dict: non-ASCII comes as \\u00fc, and some
+    serializers write "/" as \\/. The value is redacted in those spellings too."""
+    import json
+
+    password, url = "Zürich-Prod-DB-pw-9931", "https://x/abc/def/ghi-secret-77"
+    red.add_values([password, url])
+    for text in (json.dumps({"note": password}), json.dumps({"u": url}).replace("/", "\\/"),
+                 json.dumps({"note": password}, ensure_ascii=False)):
+        out, n = red.redact_text(text)
+        assert n == 1 and _types(out) == ["vault"], text
+        assert "rich-Prod-DB" not in out and "ghi-secret" not in out
+    marked = red.redact_text(json.dumps({"note": password}))[0]
+    assert red.marker("vault", password) in marked  # the marker of the value itself
+    data, n = red.redact_json_text(json.dumps({"out": json.dumps({"pw": password})}))
+    assert n == 1 and "rich-Prod-DB" not in data
+
+
 def test_vault_values_win_over_patterns_and_are_idempotent(red):
     token = TOKENS["github_token"][0]
     red.add_values([token, "12345678"])

@@ -49,6 +49,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import json
 import math
 import re
 import threading
@@ -709,13 +710,25 @@ class _Values:
         return out
 
 
+def _spellings(value: str) -> list[str]:
+    """``value`` as text may hold it: as itself, and as a JSON string spells it, which is
+    how a tool's output (``json.dumps``) carries it: non-ASCII as ``\\u00fc``, and with some
+    serializers "/" as ``\\/``. Each is redacted as the value itself."""
+    forms = [value]
+    for ensure_ascii in (True, False):
+        form = json.dumps(value, ensure_ascii=ensure_ascii)[1:-1]
+        forms += [form, form.replace("/", "\\/")]
+    return list(dict.fromkeys(forms))
+
+
 def _automaton(pairs: list[tuple[str, str]]) -> Any:
     """An automaton finding each needle; its payload is (needle length, the value it spells)."""
     if not pairs:
         return None
     automaton = ahocorasick.Automaton()
     for needle, value in pairs:
-        automaton.add_word(needle, (len(needle), value))
+        if automaton.get(needle, None) is None:  # the first (longest) value keeps a shared needle
+            automaton.add_word(needle, (len(needle), value))
     automaton.make_automaton()
     return automaton
 
@@ -757,8 +770,9 @@ class Redactor:
         if values == set(self._values.values):
             return
         ordered = tuple(sorted(values, key=lambda v: (-len(v), v)))
-        escaped = [(orjson.dumps(v).decode()[1:-1], v) for v in ordered]
-        self._values = _Values(ordered, _automaton([(v, v) for v in ordered]), _automaton(escaped))
+        spelled = [(form, v) for v in ordered for form in _spellings(v)]
+        escaped = [(orjson.dumps(form).decode()[1:-1], v) for form, v in spelled]
+        self._values = _Values(ordered, _automaton(spelled), _automaton(escaped))
 
     def redact_text(self, text: str) -> tuple[str, int]:
         """``text`` with every secret replaced by its marker, and the number replaced."""
