@@ -315,6 +315,46 @@ def test_bad_s3_uploads_are_refused_with_nothing_stored(admin, gw, tmp_path):
         assert refused.value.response["Error"]["Code"] == "AccessDenied"
 
 
+def test_uploads_of_one_key_at_once_each_ingest_their_own_events(admin, gw):
+    """Sandboxes sharing an identity and a file name upload at the same moment: every
+    acknowledged upload's events are stored (they once shared one staging object)."""
+    name, agent, created = new_agent(admin, gw)
+    acked, lock = [], threading.Lock()
+
+    def upload(worker: int) -> None:
+        s3 = s3_client(gw, created["access_key"], created["secret_key"])
+        for n in range(5):
+            ids = [f"w{worker}-u{n}-{i}" for i in range(500)]
+            body = "".join(json.dumps({"event_id": i, "session": "race", "kind": "note",
+                                       "content": f"worker {worker} upload {n}"}) + "\n" for i in ids)
+            s3.put_object(Bucket="biographies", Key="uploads/events.ndjson", Body=body.encode())
+            with lock:
+                acked.extend(ids)
+
+    workers = [threading.Thread(target=upload, args=(w,)) for w in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert len(acked) == 10_000
+    assert sorted(e["event_id"] for e in all_events(agent, session="race")) == sorted(acked)
+    # a multipart upload answers ids of its own shape, and takes them back everywhere
+    s3 = s3_client(gw, created["access_key"], created["secret_key"])
+    up = s3.create_multipart_upload(Bucket="biographies", Key="mp.ndjson")["UploadId"]
+    part = s3.upload_part(Bucket="biographies", Key="mp.ndjson", UploadId=up, PartNumber=1,
+                          Body=b'{"event_id":"mp-1","session":"mp","kind":"note"}\n')["ETag"]
+    listed = s3.list_parts(Bucket="biographies", Key="mp.ndjson", UploadId=up)
+    assert listed["UploadId"] == up and listed["Key"] == "mp.ndjson" and len(listed["Parts"]) == 1
+    s3.complete_multipart_upload(Bucket="biographies", Key="mp.ndjson", UploadId=up,
+                                 MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part}]})
+    assert [e["event_id"] for e in all_events(agent, session="mp")] == ["mp-1"]
+    dropped = s3.create_multipart_upload(Bucket="biographies", Key="mp.ndjson")["UploadId"]
+    s3.abort_multipart_upload(Bucket="biographies", Key="mp.ndjson", UploadId=dropped)
+    with pytest.raises(ClientError) as gone:
+        s3.list_parts(Bucket="biographies", Key="mp.ndjson", UploadId=dropped)
+    assert gone.value.response["Error"]["Code"] == "NoSuchUpload"
+
+
 def test_parquet_reads_back_with_pyarrow_and_duckdb_through_the_gateway(admin, gw, root, tmp_path):
     name, agent, created = new_agent(admin, gw)
     agent.put_events(transcript(40) + [{"session": "s9", "kind": "decision", "data": {"approved": True}}])

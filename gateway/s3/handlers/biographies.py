@@ -12,6 +12,8 @@ written.
 
 from __future__ import annotations
 
+import re
+import secrets
 import time
 from dataclasses import replace
 
@@ -30,6 +32,8 @@ ARN = "arn:orgmem:bio:::"
 MAX_OBJECT = 256 * 1024 * 1024
 MAX_OBJECT_EVENTS = 1_000_000
 STAGING = "ingest/"
+#: the staging token a multipart upload id starts with (``TOKEN.ID``)
+_TOKEN = re.compile(r"[0-9a-f]{16}")
 SUFFIXES = (".ndjson", ".jsonl")
 
 
@@ -98,10 +102,26 @@ def _check_read(req: Request) -> None:
 # -- writing ---------------------------------------------------------------------------
 
 
-def _staged(req: Request) -> Request:
-    """The request aimed at the staging area: one per caller and key, in the internal bucket."""
+def _staged(req: Request, token: str | None = None) -> Request:
+    """The request aimed at the staging area, in the internal bucket: one object per
+    request (a PUT), or per multipart upload, whose id the client gets as ``TOKEN.ID``. Two
+    uploads of one key at once (sandboxes sharing an identity and a file name) each ingest
+    their own bytes; the key alone still names the events' derived ids."""
     _check_ingest_key(req.key)
-    return replace(req, bucket=INTERNAL_BUCKET, key=f"{STAGING}{req.principal.name}/{req.key}")
+    query = req.query
+    if token is None and "uploadId" in query:
+        token, upload_id = _split_upload_id(query["uploadId"])
+        query = {**query, "uploadId": upload_id}
+    folder = f"{token}/" if token else ""  # none: an upload begun before uploads had tokens
+    return replace(req, bucket=INTERNAL_BUCKET, query=query,
+                   key=f"{STAGING}{req.principal.name}/{folder}{req.key}")
+
+
+def _split_upload_id(value: str) -> tuple[str | None, str]:
+    token, dot, upload_id = value.partition(".")
+    if dot and _TOKEN.fullmatch(token):
+        return token, upload_id
+    return None, value
 
 
 def _check_ingest_key(key: str) -> None:
@@ -128,7 +148,7 @@ def _declared_size(req: Request) -> int | None:
 
 def put_object(ctx: S3Context, req: Request) -> Response:
     _check_write(req, _declared_size(req))
-    staged = _staged(req)
+    staged = _staged(req, secrets.token_hex(8))
     response = objects.put_object(ctx, staged)
     _ingest(ctx, req, staged)
     return response
@@ -136,13 +156,19 @@ def put_object(ctx: S3Context, req: Request) -> Response:
 
 def create_upload(ctx: S3Context, req: Request) -> Response:
     _check_write(req)
-    return _renamed(multipart.create_upload(ctx, _staged(req)), req)
+    token = secrets.token_hex(8)
+    staged = _staged(req, token)
+    response = multipart.create_upload(ctx, staged)
+    response.body = re.sub(rb"<UploadId>([^<]*)</UploadId>",
+                           lambda m: b"<UploadId>" + token.encode() + b"." + m.group(1) + b"</UploadId>",
+                           response.body)
+    return _renamed(response, req, staged)
 
 
 def upload_part(ctx: S3Context, req: Request) -> Response:
     staged = _staged(req)
     number = req.query.get("partNumber")
-    others = sum(p.size for p in ctx.store.list_parts(INTERNAL_BUCKET, staged.key, req.query["uploadId"])
+    others = sum(p.size for p in ctx.store.list_parts(INTERNAL_BUCKET, staged.key, staged.query["uploadId"])
                  if str(p.part_number) != number)
     _check_write(req, others + (_declared_size(req) or 0))
     return multipart.upload_part(ctx, staged)
@@ -152,7 +178,7 @@ def complete_upload(ctx: S3Context, req: Request) -> Response:
     staged = _staged(req)
     response = multipart.complete_upload(ctx, staged)
     _ingest(ctx, req, staged)
-    return _renamed(response, req)
+    return _renamed(response, req, staged)
 
 
 def abort_upload(ctx: S3Context, req: Request) -> Response:
@@ -160,7 +186,11 @@ def abort_upload(ctx: S3Context, req: Request) -> Response:
 
 
 def list_parts(ctx: S3Context, req: Request) -> Response:
-    return _renamed(multipart.list_parts(ctx, _staged(req)), req)
+    staged = _staged(req)
+    response = _renamed(multipart.list_parts(ctx, staged), req, staged)
+    response.body = response.body.replace(f"<UploadId>{staged.query['uploadId']}</UploadId>".encode(),
+                                          f"<UploadId>{req.query['uploadId']}</UploadId>".encode())
+    return response
 
 
 def refuse_delete(ctx: S3Context, req: Request) -> Response:
@@ -168,9 +198,8 @@ def refuse_delete(ctx: S3Context, req: Request) -> Response:
                   "compaction and removed by retention (orgmem bio retain).", 405)
 
 
-def _renamed(response: Response, req: Request) -> Response:
+def _renamed(response: Response, req: Request, staged: Request) -> Response:
     """Answer with the names the client used, not the staging area's."""
-    staged = _staged(req)
     response.body = (response.body.replace(f"<Bucket>{INTERNAL_BUCKET}</Bucket>".encode(),
                                            f"<Bucket>{BUCKET}</Bucket>".encode())
                      .replace(f"<Key>{staged.key}</Key>".encode(), f"<Key>{req.key}</Key>".encode())
