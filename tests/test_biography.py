@@ -129,6 +129,44 @@ def test_sessions_list_open_questions(admin, gw):
     assert [q["event_id"] for q in sessions["q"]["open_questions"]] == ["q2"]
 
 
+def test_an_answer_closes_only_a_question_asked_before_it(admin, gw):
+    _, agent, _ = new_agent(admin, gw)
+    agent.put_events([
+        {"session": "a", "kind": "question", "event_id": "qa", "content": "Ship it?"},
+        {"session": "a", "kind": "answer", "parent_id": "qa", "ts": "2020-01-01T00:00:00Z"}])
+    (session,) = agent.sessions()["sessions"]
+    assert [q["event_id"] for q in session["open_questions"]] == ["qa"]
+
+
+def test_an_id_used_again_days_later_is_another_event(admin, gw, root):
+    """Short ids (q1) reused in sessions weeks apart are two events, before and after
+    compaction; only a copy within a day either side is a retry."""
+    _, agent, _ = new_agent(admin, gw)
+    agent.put_events([
+        {"session": "inv-1", "kind": "question", "event_id": "q1", "ts": "2026-11-01T10:00:00Z",
+         "content": "Approve invoice 1?"},
+        {"session": "inv-1", "kind": "answer", "parent_id": "q1", "ts": "2026-11-01T11:00:00Z"}])
+    root.compact()
+    agent.put_events([{"session": "inv-2", "kind": "question", "event_id": "q1",
+                       "ts": "2026-11-20T10:00:00Z", "content": "Approve payment?"}])
+    for _ in range(2):
+        sessions = {s["session"]: s for s in agent.sessions()["sessions"]}
+        assert [q["content"] for q in sessions["inv-2"]["open_questions"]] == ["Approve payment?"]
+        assert sessions["inv-1"]["open_questions"] == []
+        timeline = all_events(agent)
+        assert [(e["session"], e["event_id"]) for e in timeline if e["kind"] == "question"] == [
+            ("inv-1", "q1"), ("inv-2", "q1")]
+        assert [e["session"] for e in all_events(agent, page_size=1)] == [e["session"] for e in timeline]
+        root.compact()
+
+
+def test_an_event_on_the_last_day_reads_back(admin, gw):
+    _, agent, _ = new_agent(admin, gw)
+    agent.put_events([{"session": "end", "kind": "note", "ts": "9999-12-31T12:00:00Z"}])
+    assert [e["ts"] for e in all_events(agent)] == ["9999-12-31T12:00:00.000000Z"]
+    assert agent.sessions()["sessions"][0]["events"] == 1
+
+
 @pytest.mark.parametrize("body, status, needle", [
     ([{"session": "s"}], 400, 'field "kind"'),
     ([{"session": "s", "kind": "note", "seq": "one"}], 400, 'field "seq"'),
@@ -137,6 +175,8 @@ def test_sessions_list_open_questions(admin, gw):
      400, 'line 2, field "content"'),
     (b'{"session": "s", "kind": "note"}\n{"session": "s", "kind": note}\n', 400, "line 2"),
     ([{"session": "s", "kind": "note", "colour": "red"}], 400, "colour"),
+    (b'{"session": "s", "kind": "tool_result", "data": {"order_id": 123456789012345678901234567890}}',
+     400, 'field "data": holds the integer'),
     (b"", 400, "no events"),
     (b"x" * (20 * 1024 * 1024), 413, "at most"),
 ])
@@ -397,6 +437,15 @@ def test_bad_query_input_is_a_clear_error(admin, gw):
         with pytest.raises(AdminError) as bad:
             agent.events(**query)
         assert bad.value.status == 400 and needle in bad.value.message
+    # what the client library would never send: a digit that is not ASCII
+    with pytest.raises(AdminError) as bad:
+        admin._request("GET", "/v1/events", query={"limit": "\u00b2"})
+    assert bad.value.status == 400 and "limit" in bad.value.message
+    for body in ({"days": True}, {"days": "7"}, {"agent": "", "days": 3}):
+        with pytest.raises(AdminError) as bad:
+            admin._request("PUT", "/v1/bio/retention", body=json.dumps(body).encode(),
+                           content_type="application/json")
+        assert bad.value.status == 400
 
 
 def forged(key: list, session: str | None = None) -> str:

@@ -28,14 +28,15 @@ MAX_SECONDS = (2**63 - 1) // 1_000_000
 
 
 class AuditRetentionBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: retention deletes data, so "days": true or "7" is a mistake to refuse, not coerce
+    model_config = ConfigDict(extra="forbid", strict=True)
     days: int | None = Field(default=None, ge=1, le=36500)
 
 
 class RetentionBody(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
     days: int | None = Field(default=None, ge=1, le=36500)
-    agent: str | None = None
+    agent: str | None = Field(default=None, min_length=1)
     #: drop the agent's own setting (the default applies again)
     reset: bool = False
 
@@ -219,6 +220,6 @@ def _short(value: str, limit: int = 40) -> str:
 def _limit(value: str | None) -> int:
     if value is None or value == "":
         return DEFAULT_LIMIT
-    if not value.isdigit() or not 1 <= int(value) <= MAX_LIMIT:
+    if not (value.isascii() and value.isdigit()) or not 1 <= int(value) <= MAX_LIMIT:
         raise ApiError("InvalidArgument", f"limit: must be a whole number from 1 to {MAX_LIMIT}.")
     return int(value)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import difflib
 import hashlib
+import json
 import math
 import os
 import re
@@ -568,6 +569,22 @@ def _data(v: object, line: int) -> str:
     return text.decode()
 
 
+def _check_data_integers(line: int, line_bytes: bytes | None, body: bytes) -> None:
+    """Refuse an integer beyond 64 bits: the parser reads it as a float, and ``data``
+    would silently hold a rounded number. Only called when ``data`` holds an exponent (a
+    float written so, or such an integer): the source is parsed again, exactly."""
+
+    def exact(text: str) -> int:
+        value = int(text)
+        if not -(2**63) <= value < 2**64:
+            raise EventError(line, "data", f"holds the integer {text[:24]}{'...' if len(text) > 24 else ''}, "
+                                           "beyond 64 bits, which JSON readers round; send it as a string")
+        return value
+
+    source = line_bytes if line_bytes is not None else body
+    json.loads(source.decode("utf-8", "surrogatepass"), parse_int=exact)
+
+
 def _uri(v: object, line: int) -> str:
     if type(v) is not str:
         raise EventError(line, "artifact_uri", f"must be a string ({_got(v)})")
@@ -709,6 +726,8 @@ def validate_batch(body: bytes, *, caller: str, now_us: int,
             derived = derived_event_id(id_namespace, line, line_bytes)
             ids = lambda _line, _id=derived: _id  # noqa: E731
         e = validate(raw, line, caller=caller, now_us=now_us + i, default_id=ids)
+        if e.data is not None and ("e+" in e.data or "e-" in e.data):
+            _check_data_integers(line, line_bytes, body)
         sent = raw.get("event_id")
         if sent is None:
             e.id_assigned = assigns

@@ -93,7 +93,7 @@ def gather(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, f: Filter
     """
     timeline = f.session is None
     after_ts = after[0] if timeline and after else None
-    seen: set[str] = set()
+    kept: dict[str, list[int]] = {}  # event id -> the times of the copies kept
     out: list[Event] = []
     for segment in segments_for(snapshot, f, after_ts):
         table = _filtered(files.table(segment.key), f)
@@ -102,9 +102,14 @@ def gather(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, f: Filter
         if timeline and limit is not None:
             table = table.sort_by([("ts", "ascending"), ("event_id", "ascending")]).slice(0, limit + 1)
         for e in schema.table_to_events(table, f.agent):
-            if e.event_id not in seen:
-                seen.add(e.event_id)
-                out.append(e)
+            times = kept.get(e.event_id)
+            if times is None:
+                kept[e.event_id] = [e.ts]
+            elif any(_same_window(t, e.ts) for t in times):
+                continue  # a retry's second copy: the compactor's window, a day either side
+            else:
+                times.append(e.ts)  # the id used again days later: another event
+            out.append(e)
     out += [e for e in first_copies(snapshot, files, reader, f.agent) if f.keeps(e)]
     out.sort(key=f.sort_key)
     if after is not None:
@@ -116,29 +121,49 @@ def first_copies(snapshot: Snapshot, files: SegmentFiles, reader: LogReader, age
     """The agent's tail events that are the first stored copy of their id: the earliest
     in the tail, unless a segment of the agent within a day of it holds the id already
     (the compactor's window, so a page reads the same before and after compaction)."""
-    first: dict[str, Event] = {}
+    first: dict[str, list[Event]] = {}  # id -> its first copies, days apart
     for e in tail(snapshot, reader, agent):
-        first.setdefault(e.event_id, e)
+        copies = first.setdefault(e.event_id, [])
+        if not any(_same_window(c.ts, e.ts) for c in copies):
+            copies.append(e)
     if not first:
         return []
-    days = {d for e in first.values() for d in _days_around(e.ts)}
+    events = [e for copies in first.values() for e in copies]
+    days = {d for e in events for d in _days_around(e.ts)}
     stored = _stored_ids(snapshot, files, agent, days, first.keys())
-    return [e for event_id, e in first.items() if event_id not in stored]
+    return [e for e in events if not stored.get(e.event_id, set()).intersection(_days_around(e.ts))]
 
 
-def _days_around(ts_us: int) -> tuple[str, str, str]:
-    return tuple(schema.date_of(ts_us + step * _DAY_US) for step in (-1, 0, 1))
+def _days_around(ts_us: int) -> tuple[str, ...]:
+    """The dates of the day before, of, and after ``ts_us`` (those that exist: an event at
+    the end of 9999-12-31 has no day after)."""
+    days = []
+    for step in (-1, 0, 1):
+        try:
+            days.append(schema.date_of(ts_us + step * _DAY_US))
+        except OverflowError:
+            pass
+    return tuple(days)
+
+
+def _same_window(first_ts: int, ts: int) -> bool:
+    """Whether ``ts`` falls within a day either side of ``first_ts`` (by UTC date), where a
+    second copy of an id is a retry of the first, not a new event."""
+    return abs(ts // _DAY_US - first_ts // _DAY_US) <= 1
 
 
 def _stored_ids(snapshot: Snapshot, files: SegmentFiles, agent: str, days: Collection[str],
-                ids: Collection[str]) -> set[str]:
-    """Those of ``ids`` that a segment of ``agent`` dated one of ``days`` holds."""
+                ids: Collection[str]) -> dict[str, set[str]]:
+    """Those of ``ids`` that a segment of ``agent`` dated one of ``days`` holds, with the
+    dates of the segments that hold each."""
     wanted = pa.array(list(ids), pa.string())
-    found: set[str] = set()
+    found: dict[str, set[str]] = {}
     for segment in snapshot.manifest.of("bio"):
-        if segment.value("agent") == agent and segment.value("date") in days:
+        date = segment.value("date")
+        if segment.value("agent") == agent and date in days:
             held = _ID_CACHE.get(files, segment.key)
-            found.update(held.filter(pc.is_in(held, value_set=wanted)).to_pylist())
+            for event_id in held.filter(pc.is_in(held, value_set=wanted)).to_pylist():
+                found.setdefault(event_id, set()).add(date)
     return found
 
 
@@ -265,7 +290,8 @@ def sessions(events: Iterable[Event]) -> list[dict]:
     """Per session: first and last time, event count, and the questions still open."""
     summary: dict[str, dict] = {}
     questions: dict[str, dict[str, Event]] = {}
-    answered: set[tuple[str, str]] = set()
+    #: (session, question id) -> the session-order key of its latest answer
+    answered: dict[tuple[str, str], tuple] = {}
     for e in events:
         s = summary.get(e.session)
         if s is None:
@@ -278,10 +304,13 @@ def sessions(events: Iterable[Event]) -> list[dict]:
         if e.kind == "question":
             questions.setdefault(e.session, {})[e.event_id] = e
         elif e.kind == "answer" and e.parent_id:
-            answered.add((e.session, e.parent_id))
+            key = (e.session, e.parent_id)
+            answered[key] = max(answered.get(key, ()), order_key(e))
     out = []
     for name, s in sorted(summary.items(), key=lambda item: item[1]["last_ts"], reverse=True):
-        open_questions = [q for qid, q in questions.get(name, {}).items() if (name, qid) not in answered]
+        # only a later answer (in session order, as the context pack reads it) closes a question
+        open_questions = [q for qid, q in questions.get(name, {}).items()
+                          if answered.get((name, qid), ()) <= order_key(q)]
         open_questions.sort(key=time_key)
         out.append({"session": name, "first_ts": format_ts(s["first_ts"]), "last_ts": format_ts(s["last_ts"]),
                     "events": s["events"], "kinds": dict(sorted(s["kinds"].items())),
