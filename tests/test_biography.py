@@ -138,7 +138,8 @@ def test_an_answer_closes_only_a_question_asked_before_it(admin, gw):
     assert [q["event_id"] for q in session["open_questions"]] == ["qa"]
 
 
-def test_an_id_used_again_days_later_is_another_event(admin, gw, root):
+@pytest.mark.parametrize("compact_between", [True, False])
+def test_an_id_used_again_days_later_is_another_event(admin, gw, root, compact_between):
     """Short ids (q1) reused in sessions weeks apart are two events, before and after
     compaction; only a copy within a day either side is a retry."""
     _, agent, _ = new_agent(admin, gw)
@@ -146,7 +147,8 @@ def test_an_id_used_again_days_later_is_another_event(admin, gw, root):
         {"session": "inv-1", "kind": "question", "event_id": "q1", "ts": "2026-11-01T10:00:00Z",
          "content": "Approve invoice 1?"},
         {"session": "inv-1", "kind": "answer", "parent_id": "q1", "ts": "2026-11-01T11:00:00Z"}])
-    root.compact()
+    if compact_between:
+        root.compact()
     agent.put_events([{"session": "inv-2", "kind": "question", "event_id": "q1",
                        "ts": "2026-11-20T10:00:00Z", "content": "Approve payment?"}])
     for _ in range(2):
@@ -393,6 +395,36 @@ def test_uploads_of_one_key_at_once_each_ingest_their_own_events(admin, gw):
     with pytest.raises(ClientError) as gone:
         s3.list_parts(Bucket="biographies", Key="mp.ndjson", UploadId=dropped)
     assert gone.value.response["Error"]["Code"] == "NoSuchUpload"
+
+
+def test_parts_sent_at_once_never_leave_more_than_the_limit_staged(admin, gw):
+    """Each of two 129 MiB parts fits the 256 MiB limit alone; together they do not. At
+    most one is kept, whatever the timing: the upload never holds more than the limit."""
+    _, _, created = new_agent(admin, gw)
+    s3 = s3_client(gw, created["access_key"], created["secret_key"])
+    upload = s3.create_multipart_upload(Bucket="biographies", Key="big.ndjson")["UploadId"]
+    body, outcomes = b"x" * (129 * 1024 * 1024), []
+
+    def send(number: int) -> None:
+        try:
+            s3.upload_part(Bucket="biographies", Key="big.ndjson", UploadId=upload, PartNumber=number,
+                           Body=body)
+            outcomes.append("stored")
+        except ClientError as exc:
+            outcomes.append(exc.response["Error"]["Code"])
+
+    senders = [threading.Thread(target=send, args=(n,)) for n in (1, 2)]
+    for sender in senders:
+        sender.start()
+    for sender in senders:
+        sender.join()
+    assert outcomes.count("stored") <= 1 and "EntityTooLarge" in outcomes
+    try:
+        parts = s3.list_parts(Bucket="biographies", Key="big.ndjson", UploadId=upload).get("Parts", [])
+    except ClientError as exc:  # aborted: both were stored at once
+        assert exc.response["Error"]["Code"] == "NoSuchUpload"
+        parts = []
+    assert sum(p["Size"] for p in parts) <= 256 * 1024 * 1024
 
 
 def test_parquet_reads_back_with_pyarrow_and_duckdb_through_the_gateway(admin, gw, root, tmp_path):

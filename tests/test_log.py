@@ -227,6 +227,22 @@ def test_an_unexpected_failure_fails_its_writes_and_the_log_goes_on(tmp_path):
         log.close()
 
 
+def test_a_record_that_cannot_be_written_fails_only_its_own_request(tmp_path):
+    inner = LocalStore(tmp_path / "store")
+    inner.create_bucket(INTERNAL_BUCKET)
+    log = DurableLog(inner, flush_interval=60).start()
+    try:
+        log.append_nowait([AuditEntry({"request_id": "innocent"})])
+        with pytest.raises(LogUnavailable, match="nothing was stored"):
+            log.append([AuditEntry({"request_id": "poison", "x": {1, 2}})])  # a set: no JSON
+        log.append([bio(1)])
+        records = [r for o in DurableLog(inner).reader.read_pending({}) for r in o.records]
+        assert [getattr(r, "record", {}).get("request_id") or r.event["event_id"] for r in records] == [
+            "innocent", "e1"]
+    finally:
+        log.close()
+
+
 def test_checkpoints_are_compare_and_swap(store):
     log = DurableLog(store)
     one = log.checkpoints.load("biography")

@@ -122,3 +122,16 @@ def test_a_copy_that_fails_after_its_answer_began_says_so_in_it(gw, s3):
                             CopySource=f"{BUCKET}/damaged")
     assert info.value.response["Error"]["Code"] == "InternalError"
     assert s3.list_parts(Bucket=BUCKET, Key="from-damaged", UploadId=upload).get("Parts", []) == []
+
+
+def test_a_complete_in_the_biographies_bucket_is_refused_plainly(s3):
+    """A Complete there ingests the upload: a bad event is a 400 the client does not retry
+    (inside a kept-alive 200 the SDK would retry it, and the retry find the upload gone)."""
+    upload = s3.create_multipart_upload(Bucket="biographies", Key="bad.ndjson")["UploadId"]
+    part = s3.upload_part(Bucket="biographies", Key="bad.ndjson", UploadId=upload, PartNumber=1,
+                          Body=b'{"session": "s", "kind": "nope"}\n')["ETag"]
+    with pytest.raises(ClientError) as refused:
+        s3.complete_multipart_upload(Bucket="biographies", Key="bad.ndjson", UploadId=upload,
+                                     MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part}]})
+    assert refused.value.response["Error"]["Code"] == "InvalidArgument"
+    assert refused.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400

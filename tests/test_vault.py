@@ -284,6 +284,35 @@ def test_a_listing_leaves_out_what_a_deny_takes_from_the_granted_prefix(gw, root
     status, body, _ = agent.call("GET", f"secrets/{base}/")
     assert status == 200 and body["folders"] == [f"{base}/app/"] and body["secrets"] == []
     assert "admin" not in json.dumps(body)
+    # an Allow on exactly the prefix lists all of it: only a Deny takes entries away
+    lister, lister_vault, _ = new_agent(admin, gw)
+    admin.put_policy(f"lister-{lister}", json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "vault:ListSecrets", "Resource": f"arn:orgmem:vault:::{base}/"}]}).encode())
+    admin.attach_policy(f"lister-{lister}", agent=lister)
+    time.sleep(1.2)
+    status, body, _ = lister_vault.call("GET", f"secrets/{base}/", query={"recursive": "true"})
+    assert status == 200 and len(body["secrets"]) == 3
+
+
+def test_a_listing_page_never_names_a_hidden_entry(tmp_path, monkeypatch):
+    """Pages of 2: the cursor is the last entry shown, and a page of hidden entries alone
+    is read through, so no cursor names what a Deny takes."""
+    monkeypatch.setattr("gateway.secret_store.service.MAX_LIST", 2)
+    store = LocalStore(tmp_path / "store")
+    store.create_bucket(INTERNAL_BUCKET)
+    secrets = Secrets(store, StaticKeyProvider(b"k" * 32))
+    for path in ("s/a", "s/b", "s/hide-1", "s/hide-2", "s/hide-3", "s/z"):
+        secrets.put(path, b"value-" + path.encode(), "root")
+    hidden = lambda name: "hide" in name  # noqa: E731
+    seen, cursors, after = [], [], ""
+    while True:
+        page = secrets.list("s/", recursive=True, after=after, hidden=hidden)
+        seen += [r["path"] for r in page["secrets"]]
+        if "next" not in page:
+            break
+        cursors.append(after := page["next"])
+    assert seen == ["s/a", "s/b", "s/z"] and not any("hide" in c for c in cursors)
+    assert [r["path"] for r in secrets.list("s/", recursive=True)["secrets"]] == ["s/a", "s/b"]
 
 
 def test_vault_values_are_redacted_wherever_an_event_holds_them(gw, root, admin):

@@ -57,6 +57,9 @@ class Call:
     state: dict[str, Any] = field(default_factory=dict)
     #: whether the caller may ``action`` on ``resource``: for handlers that decide item by item
     permits: Callable[[str, str], bool] = field(default=lambda action, resource: False)
+    #: whether an explicit Deny takes ``resource`` from an ``action`` allowed on a scope
+    #: around it (a listing authorized on its prefix leaves such items out)
+    denies: Callable[[str, str], bool] = field(default=lambda action, resource: True)
     #: the request headers, lowercase names (If-Match ...)
     headers: dict[str, str] = field(default_factory=dict)
     #: the version the call read or wrote, for its audit record (vault secrets)
@@ -249,6 +252,8 @@ class RestApp:
         outcome.resource = route.resource(call)
         call.permits = lambda action, resource: self._permits(outcome, auth.principal, action, resource,
                                                               context)
+        call.denies = lambda action, resource: self._denies(outcome, auth.principal, action, resource,
+                                                            context)
         if route.action is None:
             outcome.decision = SELF_DECISION
         elif isinstance(outcome.resource, PerItem):
@@ -276,6 +281,13 @@ class RestApp:
         if not allowed:
             outcome.items_denied += 1
         return allowed
+
+    def _denies(self, outcome: Outcome, principal: Principal, action: str, resource: str,
+                context: dict) -> bool:
+        denied = self.authorizer.decide(principal, action, resource, context).decision == "explicit-deny"
+        if denied:
+            outcome.items_denied += 1
+        return denied
 
     def _error(self, exc: Exception, outcome: Outcome) -> Reply:
         if isinstance(exc, ApiError):

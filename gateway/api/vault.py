@@ -145,14 +145,11 @@ class VaultApi:
         if recursive not in ("true", "false"):
             raise SecretError("InvalidRequest", "recursive is true or false.")
         after = call.query.get("after", "")
-        listing = self.secrets.list(call.state["prefix"], recursive == "true", after)
         # Granted the prefix, but a Deny may take paths or folders under it (shared/admin/*):
-        # those are left out, their names and metadata with them.
-        listing["secrets"] = [row for row in listing["secrets"]
-                              if call.permits("vault:ListSecrets", ARN + row["path"])]
-        listing["folders"] = [folder for folder in listing["folders"]
-                              if call.permits("vault:ListSecrets", ARN + folder)]
-        return Reply(data=listing)
+        # those are left out, their names and metadata with them (the cursor too).
+        return Reply(data=self.secrets.list(call.state["prefix"], recursive == "true", after,
+                                            hidden=lambda name: call.denies("vault:ListSecrets",
+                                                                            ARN + name)))
 
 
 def _object(call: Call) -> dict[str, Any]:

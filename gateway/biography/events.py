@@ -569,20 +569,50 @@ def _data(v: object, line: int) -> str:
     return text.decode()
 
 
-def _check_data_integers(line: int, line_bytes: bytes | None, body: bytes) -> None:
-    """Refuse an integer beyond 64 bits: the parser reads it as a float, and ``data``
-    would silently hold a rounded number. Only called when ``data`` holds an exponent (a
-    float written so, or such an integer): the source is parsed again, exactly."""
+#: A number in exponent form in canonical JSON: how the parser's float for an integer
+#: beyond 64 bits comes out (so does a float the client wrote so, which is then checked).
+_EXPONENT = re.compile(r"\d[eE][+-]?\d")
 
-    def exact(text: str) -> int:
+
+class _Big(str):
+    """An integer literal beyond 64 bits, as the exact parse keeps it."""
+
+
+def _check_data_integers(body: bytes, items: list[tuple[int, dict, bytes | None]]) -> None:
+    """Refuse an integer beyond 64 bits in ``data``: the fast parser reads it as a float,
+    and the event would silently hold a rounded number. Called at most once per batch,
+    when some ``data`` holds a number in exponent form: the body is parsed again, exactly,
+    and the first event whose ``data`` holds such an integer is named."""
+
+    def exact(text: str) -> int | _Big:
         value = int(text)
-        if not -(2**63) <= value < 2**64:
-            raise EventError(line, "data", f"holds the integer {text[:24]}{'...' if len(text) > 24 else ''}, "
-                                           "beyond 64 bits, which JSON readers round; send it as a string")
-        return value
+        return value if -(2**63) <= value < 2**64 else _Big(text)
 
-    source = line_bytes if line_bytes is not None else body
-    json.loads(source.decode("utf-8", "surrogatepass"), parse_int=exact)
+    text = body.decode("utf-8", "surrogatepass").removeprefix("\ufeff")
+    if text.lstrip().startswith("["):
+        parsed = [(n, item) for n, item in enumerate(json.loads(text, parse_int=exact), 1)]
+    else:
+        parsed = [(n, json.loads(raw.decode("utf-8", "surrogatepass"), parse_int=exact))
+                  for n, _, raw in items if raw is not None]
+        if not parsed:  # one pretty-printed object
+            parsed = [(1, json.loads(text, parse_int=exact))]
+    for line, item in parsed:
+        big = _first_big(item.get("data") if isinstance(item, dict) else None)
+        if big is not None:
+            raise EventError(line, "data", f"holds the integer {big[:24]}{'...' if len(big) > 24 else ''}, "
+                                           "beyond 64 bits, which JSON readers round; send it as a string")
+
+
+def _first_big(value: object) -> str | None:
+    if isinstance(value, _Big):
+        return value
+    if isinstance(value, dict):
+        value = list(value.values())
+    if isinstance(value, list):
+        for v in value:
+            if (found := _first_big(v)) is not None:
+                return found
+    return None
 
 
 def _uri(v: object, line: int) -> str:
@@ -718,6 +748,7 @@ def validate_batch(body: bytes, *, caller: str, now_us: int,
         default_id = lambda _line: next(fresh)  # noqa: E731
     events: list[Event] = []
     seen: dict[str, tuple[int, dict]] = {}
+    checked_numbers = False
     for i, (line, raw, line_bytes) in enumerate(items):
         ids = default_id
         if id_namespace is not None and raw.get("event_id") is None:
@@ -726,8 +757,9 @@ def validate_batch(body: bytes, *, caller: str, now_us: int,
             derived = derived_event_id(id_namespace, line, line_bytes)
             ids = lambda _line, _id=derived: _id  # noqa: E731
         e = validate(raw, line, caller=caller, now_us=now_us + i, default_id=ids)
-        if e.data is not None and ("e+" in e.data or "e-" in e.data):
-            _check_data_integers(line, line_bytes, body)
+        if e.data is not None and not checked_numbers and _EXPONENT.search(e.data):
+            _check_data_integers(body, items)  # once per batch, and only then
+            checked_numbers = True
         sent = raw.get("event_id")
         if sent is None:
             e.id_assigned = assigns

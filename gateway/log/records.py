@@ -125,6 +125,15 @@ def encode(records: list[Record], writer: str, seq: int) -> bytes:
     return zstandard.ZstdCompressor(level=_LEVEL).compress(b"\n".join(lines))
 
 
+def encodable(record: Record) -> bool:
+    """Whether ``record`` can be written to a log object at all."""
+    try:
+        _dumps(record.line())
+        return True
+    except Exception:  # noqa: BLE001 - whatever stops its encoding
+        return False
+
+
 def _dumps(line: dict) -> bytes:
     """A record's JSON line. Text that is not valid Unicode (a request header's stray byte,
     kept as a surrogate escape, goes into the audit record as the client sent it) is written

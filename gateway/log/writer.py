@@ -25,7 +25,7 @@ from ..logs import log
 from ..store.base import ObjectStore, StoreError, StoreUnavailable
 from ..store.objects import write_object
 from . import layout
-from .records import Record, encode, encoded_size
+from .records import Record, encodable, encode, encoded_size
 
 #: A commit carries at most this many records; the rest ride the next one.
 MAX_BATCH_RECORDS = 200_000
@@ -219,10 +219,17 @@ class LogWriter:
             self._finish(waiters, None, LogUnavailable(
                 f"the log could not be written ({exc.message}); nothing was stored, retry"))
             return
-        except Exception as exc:  # noqa: BLE001 - records that can never be written: drop them, go on
+        except Exception as exc:  # noqa: BLE001 - a record that can never be written must not stop the log
+            unwritable = {id(r) for r in records if not encodable(r)}
             log.error("log_commit_refused", writer=self.writer_id, seq=seq, records=len(records),
-                      error=exc.__class__.__name__)
-            self._finish(waiters, None, LogUnavailable(
+                      unwritable=len(unwritable), error=exc.__class__.__name__)
+            failed = [w for w in waiters if not unwritable or any(id(r) in unwritable for r in w.records)]
+            with self._cond:  # everything else goes again with the next commit
+                self._waiters[:0] = [w for w in waiters if all(w is not f for f in failed)]
+                self._buffered[:0] = [r for r in buffered if id(r) not in unwritable]
+                if self._buffered and self._buffered_since is None:
+                    self._buffered_since = time.monotonic()
+            self._finish(failed, None, LogUnavailable(
                 "the log could not write this request's records; nothing was stored"))
             return
         self.commits += 1

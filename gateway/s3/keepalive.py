@@ -17,13 +17,18 @@ from __future__ import annotations
 import asyncio
 
 from .message import Request, Response
+from .names import RESERVED_BUCKETS
 from .xml import HEADER
 
 _DECLARATION = HEADER.encode()
 
 
 def may_run_long(req: Request) -> bool:
-    """CopyObject and UploadPartCopy (a PUT with a copy source), CompleteMultipartUpload."""
+    """CopyObject and UploadPartCopy (a PUT with a copy source), CompleteMultipartUpload, in
+    workspace buckets. Not in the memory features' buckets: a Complete there ingests what
+    was uploaded, and its refusal (a bad event) must stay a 4xx the client does not retry."""
+    if req.bucket in RESERVED_BUCKETS:
+        return False
     if req.method == "PUT":
         return "x-amz-copy-source" in req.headers
     return req.method == "POST" and "uploadId" in req.query

@@ -195,22 +195,41 @@ class Secrets:
             raise _no_such(path)
         return meta.view()
 
-    def list(self, prefix: str, recursive: bool = False, after: str = "") -> dict[str, Any]:
-        """The secrets (and, unless recursive, folders) under ``prefix``; never values."""
+    def list(self, prefix: str, recursive: bool = False, after: str = "",
+             hidden: Callable[[str], bool] | None = None) -> dict[str, Any]:
+        """The secrets (and, unless recursive, folders) under ``prefix``; never values.
+
+        ``hidden(path_or_folder)`` leaves entries out, and the cursor never names one: it is
+        the last entry shown, and pages of hidden entries alone are read through."""
         check_prefix(prefix)
-        page = self.store.list_objects(INTERNAL_BUCKET, META_PREFIX + prefix,
-                                       delimiter="" if recursive else "/",
-                                       after=(META_PREFIX + after) if after else "", limit=MAX_LIST)
-        rows = []
-        for entry in page.entries:
-            path = path_of_meta(entry.key)
-            meta = self._read(path)[0] if path else None
-            if meta is not None and not meta.empty:
-                rows.append(meta.summary())
-        folders = [p[len(META_PREFIX):] for p in page.common_prefixes]
+        rows: list[dict[str, Any]] = []
+        folders: list[str] = []
+        cursor = after
+        while True:
+            page = self.store.list_objects(INTERNAL_BUCKET, META_PREFIX + prefix,
+                                           delimiter="" if recursive else "/",
+                                           after=(META_PREFIX + cursor) if cursor else "", limit=MAX_LIST)
+            shown: list[str] = []  # the cursors of what this page shows
+            for entry in page.entries:
+                path = path_of_meta(entry.key)
+                if path is None or (hidden is not None and hidden(path)):
+                    continue
+                meta = self._read(path)[0]
+                if meta is not None and not meta.empty:
+                    rows.append(meta.summary())
+                    shown.append(entry.key[len(META_PREFIX):])
+            for common in page.common_prefixes:
+                folder = common[len(META_PREFIX):]
+                if hidden is None or not hidden(folder):
+                    folders.append(folder)
+                    shown.append(folder)
+            more = page.is_truncated and page.next_marker
+            if not more or shown:
+                break
+            cursor = page.next_marker[len(META_PREFIX):]
         out: dict[str, Any] = {"prefix": prefix, "secrets": rows, "folders": folders}
-        if page.is_truncated and page.next_marker:
-            out["next"] = page.next_marker[len(META_PREFIX):]
+        if more:
+            out["next"] = max(shown) if hidden is not None else page.next_marker[len(META_PREFIX):]
         return out
 
     # -- keys: status and rewrap ------------------------------------------------------

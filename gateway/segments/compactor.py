@@ -342,7 +342,7 @@ def _lasts(table: pa.Table) -> bool:
 
 def _group(stream: Stream, payloads: list[dict]) -> dict[str, list[dict]]:
     groups: dict[str, list[dict]] = defaultdict(list)
-    seen: set[tuple[str, str]] = set()
+    seen: dict[tuple[str, str], list[int | None]] = {}  # (family, id) -> the days kept
     for payload in payloads:
         try:
             partition = stream.partition_of(payload)
@@ -351,13 +351,26 @@ def _group(stream: Stream, payloads: list[dict]) -> dict[str, list[dict]]:
             # a record no reader could use must not stop every stream's compaction
             event_log.error("record_unreadable", stream=stream.name, error=exc.__class__.__name__)
             continue
-        if stream.name in RESTAMPED:  # a retry read in this run may sit on another day
-            family = (_without_date(partition), ident)
-            if family in seen:
-                continue
-            seen.add(family)
+        if stream.name in RESTAMPED:  # a retry read in this run may sit on the next day
+            family, day = (_without_date(partition), ident), _day_number(partition)
+            days = seen.setdefault(family, [])
+            if any(day is None or kept is None or abs(day - kept) <= 1 for kept in days):
+                continue  # a retry's copy; the same id days apart is another event
+            days.append(day)
         groups[partition].append(payload)
     return groups
+
+
+@lru_cache(maxsize=4096)
+def _day_number(partition: str) -> int | None:
+    """The partition's date as a day number, None if it names none."""
+    for part in partition.split("/"):
+        if part.startswith("date="):
+            try:
+                return date.fromisoformat(part.removeprefix("date=")).toordinal()
+            except ValueError:
+                return None
+    return None
 
 
 @lru_cache(maxsize=4096)

@@ -167,11 +167,22 @@ def create_upload(ctx: S3Context, req: Request) -> Response:
 
 def upload_part(ctx: S3Context, req: Request) -> Response:
     staged = _staged(req)
-    number = req.query.get("partNumber")
-    others = sum(p.size for p in ctx.store.list_parts(INTERNAL_BUCKET, staged.key, staged.query["uploadId"])
-                 if str(p.part_number) != number)
-    _check_write(req, others + (_declared_size(req) or 0))
-    return multipart.upload_part(ctx, staged)
+    _check_write(req, _parts_size(ctx, staged, besides=req.query.get("partNumber"))
+                 + (_declared_size(req) or 0))
+    response = multipart.upload_part(ctx, staged)
+    if _parts_size(ctx, staged) > MAX_OBJECT:
+        # parts sent at once each passed the check alone: the upload can never complete,
+        # so it goes now rather than holding the disk until it expires
+        multipart.abort_upload(ctx, staged)
+        raise S3Error("EntityTooLarge", f"An events object is at most {MAX_OBJECT} bytes; this "
+                      "upload's parts came to more, and it was aborted.")
+    return response
+
+
+def _parts_size(ctx: S3Context, staged: Request, besides: str | None = None) -> int:
+    """The bytes of the staged upload's parts (``besides`` one part number, being replaced)."""
+    return sum(p.size for p in ctx.store.list_parts(INTERNAL_BUCKET, staged.key, staged.query["uploadId"])
+               if str(p.part_number) != besides)
 
 
 def complete_upload(ctx: S3Context, req: Request) -> Response:
