@@ -564,13 +564,15 @@ def _reserve(sections: list[Section], headings: dict[str, int], room: int) -> di
             return reserve
     reserve = {}
     left = room
-    for s, items in required:
-        for item in items:
-            cost = count_tokens(item.render("")) + (0 if s.name in reserve else headings[s.name])
-            if cost <= left:
-                reserve.setdefault(s.name, headings[s.name])
-                reserve[id(item)] = count_tokens(item.render(""))
-                left -= cost
+    # the first open question, the last error and the last artifact before further questions
+    ranked = sorted(((s, item, n) for s, items in required for n, item in enumerate(items)),
+                    key=lambda entry: entry[1].type == "open_question" and entry[2] > 0)
+    for s, item, _ in ranked:
+        cost = count_tokens(item.render("")) + (0 if s.name in reserve else headings[s.name])
+        if cost <= left:
+            reserve.setdefault(s.name, headings[s.name])
+            reserve[id(item)] = count_tokens(item.render(""))
+            left -= cost
     return reserve
 
 

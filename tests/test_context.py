@@ -160,6 +160,21 @@ def test_tight_budget_cuts_text_rather_than_dropping_required_items(world):
     assert "session" in pack["truncated"] or "decisions" in pack["truncated"]
 
 
+@pytest.mark.parametrize("questions", [3, 6, 10])
+def test_the_last_error_and_artifact_survive_the_tightest_budget_beside_many_questions(world, questions):
+    a = world["a"]
+    session = uid("many-questions")
+    a.bio.put_events([{"session": session, "kind": "question", "event_id": f"{session}-q{i}",
+                       "content": f"Is cause {i} the quota?"} for i in range(questions)] + [
+        {"session": session, "kind": "error", "content": "upload failed: 507 quota exceeded"},
+        {"session": session, "kind": "artifact", "artifact_uri": f"s3://agent-{a.name}/r.md",
+         "content": "report"}])
+    pack = a.context.pack(a.name, 100, session=session)
+    check_budget(pack, 100)
+    kinds = [i["type"] for i in items(pack, "session")]
+    assert "last_error" in kinds and "artifact" in kinds and "open_question" in kinds
+
+
 def test_decisions_that_apply_are_included_and_others_are_not(world):
     a, refs = world["a"], world["refs"]
     pack = a.context.pack(a.name, 20_000)

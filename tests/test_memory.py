@@ -618,3 +618,72 @@ def test_a_supersession_in_flight_refuses_a_second_one(tmp_path):
     now[0] += service.CLAIM_GRACE + 1  # bob died: his mark is stale
     new, done = memory.supersede("carol", scope, "old", {**fact("Second way"), "id": "second"})
     assert done.doc["superseded_by"] == "second" and done.doc["status"] == "superseded"
+
+
+def test_a_superseded_document_ends_when_its_successor_starts_whatever_its_own_end(root):
+    scope, old, new = "org", uid("approvers"), uid("approvers-v2")
+    root.put(scope, old, {"kind": "decision", "title": "Vendor approvers", "body": "One approver.",
+                          "valid_until": "2031-01-01T00:00:00Z"})
+    answer = root.supersede(scope, old, {"id": new, "kind": "decision", "title": "Vendor approvers v2",
+                                         "body": "Two approvers."})
+    assert answer["superseded"]["valid_until"] == answer["document"]["valid_from"]
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    for listing in (root.list(scope="org"), root.list(scope="org", as_of=soon)):
+        assert [d["body"] for d in listing if d["id"] in (old, new)] == ["Two approvers."]
+    # a successor that starts before its predecessor began leaves it never in force
+    future, first = uid("future"), uid("first")
+    root.put(scope, future, {"kind": "fact", "title": "Future rule", "body": "later",
+                             "valid_from": "2030-01-01T00:00:00Z"})
+    done = root.supersede(scope, future, {"id": first, "kind": "fact", "title": "Rule now", "body": "now"})
+    assert done["superseded"]["valid_until"] == done["superseded"]["valid_from"] == "2030-01-01T00:00:00.000000Z"
+
+
+def test_reading_as_of_needs_the_right_to_history_and_listing_the_right_to_list(admin, gw, root):
+    name, agent, created = new_agent(admin, gw)
+    doc = uid("leak")
+    first, _ = root.put("org", doc, {"kind": "fact", "title": "Leak", "body": "password was hunter2"})
+    time.sleep(0.05)
+    root.put("org", doc, {"kind": "fact", "title": "Leak", "body": "rotated"})
+    admin.put_policy(f"no-history-{name}", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Action": "memory:GetHistory", "Resource": f"arn:orgmem:memory:::org/{doc}"},
+        {"Effect": "Deny", "Action": "memory:ListDocuments", "Resource": "arn:orgmem:memory:::org/nolist-*"}]})
+    admin.attach_policy(f"no-history-{name}", agent=name)
+    root.put("org", uid("nolist"), fact("Hidden from listings"))
+    time.sleep(1.2)
+    assert agent.get("org", doc)[0]["body"] == "rotated"
+    with pytest.raises(AdminError) as refused:
+        agent.get("org", doc, as_of=first["updated_at"])
+    assert refused.value.status == 403
+    assert doc not in {d["id"] for d in agent.list(scope="org", as_of=first["updated_at"])}
+    listed = {d["id"] for d in agent.list(scope="org")}
+    assert doc in listed and not any(i.startswith("nolist-") for i in listed)
+    keys = [o["Key"] for o in s3(gw, created["access_key"], created["secret_key"])
+            .list_objects_v2(Bucket="memory", Prefix="org/").get("Contents", [])]
+    assert keys and not any("nolist-" in k for k in keys)
+
+
+@pytest.mark.parametrize("doc, words", [
+    ({"kind": "fact", "title": "t", "applies_to": {"agents": {"payments-bot": True}}}, "applies_to.agents"),
+    ({"kind": "fact", "title": "t", "valid_until": "2020-01-01T00:00:00Z"}, "valid_until"),
+    ({"kind": "fact", "title": "t", "valid_until": "9999-12-31T23:59:59-01:00"}, "out of range"),
+    ({"kind": "fact", "title": "t", "valid_from": "0001-01-01T00:00:00+01:00"}, "out of range"),
+])
+def test_documents_with_bad_applies_to_or_windows_are_refused(root, doc, words):
+    doc_id = uid("bad")
+    with pytest.raises(AdminError) as refused:
+        root.put("org", doc_id, doc)
+    assert refused.value.status == 400 and words in refused.value.message
+    with pytest.raises(AdminError):
+        root.get("org", doc_id)
+    with pytest.raises(AdminError) as refused:
+        root.get("org", doc_id, as_of="99999999999999999999")
+    assert refused.value.status in (400, 404)
+
+
+def test_one_oversized_entry_does_not_empty_the_digest():
+    huge = {"kind": "decision", "title": "Huge", "body": "x", "scope": "org", "id": "huge", "version": 1,
+            "evidence": ["\u6587" * 1024] * 10, "updated_at": "2026-01-02T00:00:00Z"}
+    small = [{"kind": "fact", "title": f"Fact {i}", "body": "short", "scope": "org", "id": f"f{i}",
+              "version": 1, "updated_at": "2026-01-01T00:00:00Z"} for i in range(20)]
+    text = digest.render("ag", (), [huge, *small], "2026-01-03T00:00:00Z")
+    assert all(f"Fact {i}" in text for i in range(20)) and len(text.encode()) <= digest.MAX_DIGEST

@@ -76,14 +76,22 @@ def _id(text: str) -> str:
         raise ApiError("InvalidArgument", str(exc)) from None
 
 
+#: The first and last second a document time can name (0001-01-01, 9999-12-31 UTC).
+FIRST_SECOND, LAST_SECOND = -62135596800, 253402300799
+
+
 def _time(value: str | None, name: str = "as_of") -> float | None:
     if not value:
         return None
     try:
-        return parse_since(value, time.time())
+        seconds = parse_since(value, time.time())
     except ValueError:
         raise ApiError("InvalidArgument", f"{name}: {value!r} is not a time; use RFC 3339 "
                        "(2026-03-02T09:30:00Z), unix seconds, or a duration back from now (7d).") from None
+    if not FIRST_SECOND <= seconds <= LAST_SECOND:  # also false for nan
+        raise ApiError("InvalidArgument", f"{name}: {value!r} is out of range; times run from "
+                       "0001-01-01 to 9999-12-31 UTC.")
+    return seconds
 
 
 def _if_match(call: Call) -> str | None:
@@ -160,8 +168,11 @@ class MemoryApi:
 
     # -- writing ----------------------------------------------------------------
 
-    def _may_read(self, call: Call):
-        return lambda scope, doc_id: call.permits("memory:GetDocument", arn(scope, doc_id))
+    def _may_read(self, call: Call, *also: str):
+        """Per document: ``memory:GetDocument`` and the ``also`` actions (a listing needs
+        ``memory:ListDocuments`` on each, an ``as_of`` read ``memory:GetHistory``)."""
+        actions = ("memory:GetDocument", *also)
+        return lambda scope, doc_id: all(call.permits(a, arn(scope, doc_id)) for a in actions)
 
     def put(self, call: Call) -> Reply:
         scope, doc_id = self._where(call)
@@ -197,6 +208,9 @@ class MemoryApi:
         as_of = _time(call.query.get("as_of"))
         if as_of is None:
             return _reply(stored, self.memory.resolved(stored))
+        if not call.permits("memory:GetHistory", arn(scope, doc_id)):  # an earlier version is history
+            raise ApiError("AccessDenied", f"Reading {scope}/{doc_id} as it was needs memory:GetHistory "
+                           f"on {arn(scope, doc_id)}.", 403)
         then = self.memory.in_force(scope, doc_id, stored.doc, as_of)
         if then is None:
             raise ApiError("NoSuchDocument", f"{scope}/{doc_id} was not in force at "
@@ -230,9 +244,12 @@ class MemoryApi:
         applies_to = q.get("applies_to") or None
         if applies_to is not None:
             self._checked_agent(applies_to)
-        docs = self.memory.query(scopes, self._may_read(call), kind=kind, tag=q.get("tag") or None,
+        as_of = _time(q.get("as_of"))
+        may_read = self._may_read(call, "memory:ListDocuments",
+                                  *(("memory:GetHistory",) if as_of is not None else ()))
+        docs = self.memory.query(scopes, may_read, kind=kind, tag=q.get("tag") or None,
                                  status=None if status == "any" else status, applies_to=applies_to,
-                                 teams_of=self._teams, as_of=_time(q.get("as_of")))
+                                 teams_of=self._teams, as_of=as_of)
         return Reply(200, {"documents": docs, "count": len(docs)})
 
     def _agent(self, call: Call) -> str:

@@ -26,11 +26,16 @@ def _one_line(text: str) -> str:
     return " ".join(text.replace("\r", " ").split())
 
 
+def _short(text: str, limit: int = MAX_EXCERPT) -> str:
+    """One title or evidence item at most ``limit`` characters, so no entry crowds out the rest."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
 def _entry(doc: dict) -> str:
     body = _one_line(doc.get("body") or "")
     if len(body) > MAX_EXCERPT:
         body = body[:MAX_EXCERPT].rsplit(" ", 1)[0] + " …"
-    lines = [f"- **{_one_line(doc['title'])}**" + (f" — {body}" if body else "")]
+    lines = [f"- **{_short(_one_line(doc['title']))}**" + (f" — {body}" if body else "")]
     source = (f"  - source: `{doc['scope']}/{doc['id']}` v{doc['version']}; decided by "
               f"{_one_line(doc.get('decided_by') or '?')} on {(doc.get('decided_at') or '?')[:10]}")
     if doc.get("valid_until"):
@@ -40,7 +45,7 @@ def _entry(doc: dict) -> str:
         why = _one_line(doc["rationale"])
         lines.append(f"  - why: {why[:MAX_EXCERPT]}")
     if doc.get("evidence"):
-        lines.append("  - evidence: " + ", ".join(f"`{_one_line(e).replace('`', '')}`"
+        lines.append("  - evidence: " + ", ".join(f"`{_short(_one_line(e).replace('`', ''), 200)}`"
                                                   for e in doc["evidence"][:10])
                      + (" …" if len(doc["evidence"]) > 10 else ""))
     return "\n".join(lines) + "\n"
@@ -59,12 +64,12 @@ def render(agent: str, teams: tuple[str, ...], docs: list[dict], generated: str,
     size = len(head.encode())
     left = 0
     kind = None
-    for i, doc in enumerate(ordered):
+    for doc in ordered:
         section = f"\n## {_HEADINGS[doc['kind']]}\n\n" if doc["kind"] != kind else ""
         text = section + _entry(doc)
         if size + len(text.encode()) > limit - 200:
-            left = len(ordered) - i
-            break
+            left += 1  # a smaller entry after it may still fit
+            continue
         parts.append(text)
         size += len(text.encode())
         kind = doc["kind"]

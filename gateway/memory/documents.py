@@ -134,7 +134,12 @@ def parse_time(text: Any, field: str = "time") -> float:
 
 
 def _normal_time(value: Any, field: str) -> str:
-    return now_text(parse_time(value, field))
+    seconds = parse_time(value, field)
+    try:
+        return now_text(seconds)
+    except (ValueError, OverflowError, OSError):  # 9999-12-31T23:59:59-01:00 is in year 10000
+        raise DocumentError(f"{field}: {value!r} is out of range; times run from "
+                            "0001-01-01 to 9999-12-31 UTC.") from None
 
 
 # -- validation ------------------------------------------------------------------------
@@ -171,9 +176,9 @@ def _string(doc: dict, name: str, limit: int, required: bool = False, empty: boo
     return value
 
 
-def _strings(doc: Any, name: str, limit: int, item_limit: int, pattern: re.Pattern | None = None,
+def _strings(value: Any, name: str, limit: int, item_limit: int, pattern: re.Pattern | None = None,
              what: str = "") -> list[str]:
-    value = doc.get(name) if isinstance(doc, dict) else doc
+    """``value`` (the field ``name``'s own value) as a list of distinct valid strings."""
     if value is None:
         return []
     if not isinstance(value, list):
@@ -226,7 +231,7 @@ def validate(doc: dict, scope: Scope, doc_id: str) -> Draft:
     fields: dict[str, Any] = {"id": doc_id, "kind": kind,
                               "title": _string(doc, "title", MAX_TITLE, required=True, empty=False),
                               "body": _string(doc, "body", MAX_DOCUMENT) or "",
-                              "tags": _strings(doc, "tags", MAX_TAGS, 64, TAG_RE,
+                              "tags": _strings(doc.get("tags"), "tags", MAX_TAGS, 64, TAG_RE,
                                                "a tag (lowercase letters, digits and . _ : / -)"),
                               "scope": str(scope)}
     applies = doc.get("applies_to")
@@ -244,7 +249,7 @@ def validate(doc: dict, scope: Scope, doc_id: str) -> Draft:
                           "a team name"),
     }
     fields["rationale"] = _string(doc, "rationale", MAX_RATIONALE)
-    fields["evidence"] = _strings(doc, "evidence", MAX_EVIDENCE, MAX_EVIDENCE_ITEM, None,
+    fields["evidence"] = _strings(doc.get("evidence"), "evidence", MAX_EVIDENCE, MAX_EVIDENCE_ITEM, None,
                                   f"evidence (at most {MAX_EVIDENCE_ITEM} characters)")
     decided_by = doc.get("decided_by")
     if decided_by is not None:
@@ -254,7 +259,12 @@ def validate(doc: dict, scope: Scope, doc_id: str) -> Draft:
         value = doc.get(name)
         fields[name] = None if value is None else _normal_time(value, name)
     if fields["valid_from"] and fields["valid_until"] and \
-            parse_time(fields["valid_until"]) <= parse_time(fields["valid_from"]):
+            parse_time(fields["valid_until"]) < parse_time(fields["valid_from"]):
+        raise DocumentError("valid_until: must not be earlier than valid_from.")
+    if fields["valid_from"] and fields["valid_until"] == fields["valid_from"] \
+            and doc.get("status") != "superseded":
+        # an empty window is only what superseding leaves a document whose successor
+        # started first (it was never in force); a write asks for a real one
         raise DocumentError("valid_until: must be later than valid_from.")
     status = doc.get("status")
     if status is not None and status not in STATUSES:

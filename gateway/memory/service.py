@@ -284,8 +284,7 @@ class Memory:
         new = lookup(scope, successor)
         if new is None or new.get("supersedes") != doc["id"]:
             return doc  # the supersession did not get as far as writing the new document
-        return {**doc, "status": "superseded",
-                "valid_until": doc.get("valid_until") or new.get("valid_from")}
+        return {**doc, "status": "superseded", "valid_until": _ended(doc, new.get("valid_from"))}
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -319,12 +318,16 @@ class Memory:
                                 "write that document instead.")
         stamp = d.now_text(now)
         prior = cur.doc if cur is not None else {}
+        valid_from = f["valid_from"] or prior.get("valid_from") or stamp
+        if f["valid_until"] and f["valid_until"] <= valid_from:  # canonical text compares as time
+            raise DocumentError(f"valid_until: must be later than valid_from ({valid_from}"
+                                f"{'' if f['valid_from'] else ', which defaults to now'}).")
         return {
             **f,
             "format": d.FORMAT,
             "decided_by": f["decided_by"] or by,
             "decided_at": f["decided_at"] or stamp,
-            "valid_from": f["valid_from"] or prior.get("valid_from") or stamp,
+            "valid_from": valid_from,
             "status": "active",
             "supersedes": supersedes or f["supersedes"] or prior.get("supersedes"),
             "superseded_by": None,
@@ -389,12 +392,12 @@ class Memory:
             except Exception:  # noqa: BLE001 - readers ignore a mark whose successor is absent
                 pass
             raise
-        until = draft.fields["valid_from"]
+        until = new.doc.get("valid_from") or draft.fields["valid_from"]
 
         def close(cur: Stored | None, _now: float) -> dict:
             assert cur is not None
             return {**cur.doc, "status": "superseded", "superseded_by": new_id,
-                    "valid_until": cur.doc.get("valid_until") or until,
+                    "valid_until": _ended(cur.doc, until),
                     "updated_at": d.now_text(_now), "updated_by": by}
 
         done = self._commit(scope, old_id, by, close, None, False)
@@ -610,3 +613,15 @@ def check_imported(doc: dict) -> None:
         d.parse_time(doc[name], name)
     if doc["status"] not in d.STATUSES or not isinstance(doc["version"], int):
         raise DocumentError("status or version of an exported version is not valid.")
+
+
+def _ended(doc: dict, successor_from: str | None) -> str | None:
+    """When a superseded document stops being in force: at its own end or when its successor
+    starts, whichever is earlier (never both in force), and never before it began (a
+    successor that starts first leaves it a window of nothing). Times are canonical
+    RFC 3339 text (``now_text``), which compares as the times do."""
+    ends = [t for t in (doc.get("valid_until"), successor_from) if t]
+    if not ends:
+        return None
+    began = doc.get("valid_from")
+    return max(min(ends), began) if began else min(ends)

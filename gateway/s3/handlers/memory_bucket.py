@@ -50,10 +50,14 @@ def _check(req: Request, action: str, scope: Scope, doc_id: str, what: str) -> N
                       f"({action} on {_arn(scope, doc_id)}).")
 
 
-def _view(ctx: S3Context, req: Request) -> S3Context:
+def _view(ctx: S3Context, req: Request, listing: bool = False) -> S3Context:
+    """The bucket as the caller sees it: the documents it may read (and, in a listing, list)."""
     memory = _service(ctx)
-    may_read = lambda scope, doc_id: req.permits("memory:GetDocument", _arn(scope, doc_id),  # noqa: E731
-                                                 counted=False)
+    actions = ("memory:GetDocument", "memory:ListDocuments") if listing else ("memory:GetDocument",)
+
+    def may_read(scope: Scope, doc_id: str) -> bool:
+        return all(req.permits(action, _arn(scope, doc_id), counted=False) for action in actions)
+
     return replace(ctx, store=MemoryBucket(ctx.store, memory, may_read))
 
 
@@ -72,11 +76,11 @@ def refuse_bucket_change(ctx: S3Context, req: Request) -> Response:
 
 
 def list_v1(ctx: S3Context, req: Request) -> Response:
-    return listing.list_objects_v1(_view(ctx, req), req)
+    return listing.list_objects_v1(_view(ctx, req, listing=True), req)
 
 
 def list_v2(ctx: S3Context, req: Request) -> Response:
-    return listing.list_objects_v2(_view(ctx, req), req)
+    return listing.list_objects_v2(_view(ctx, req, listing=True), req)
 
 
 def get_object(ctx: S3Context, req: Request) -> Response:
