@@ -369,6 +369,7 @@ def store_pair(kind: str, base_tmp: Path, weed: Proc | None) -> tuple[Any, Any, 
 
         assert weed is not None
         inner = S3Store(UPSTREAM, "store/", weed.endpoint, "us-east-1", spool_dir=d / "spool")
+        inner.learn_quirks()  # as the gateway does at start
         desc = {"inner": f"S3Store({UPSTREAM!r}, 'store/', {weed.endpoint!r}, 'us-east-1', "
                          f"spool_dir={str(d / 'spool')!r})",
                 "durability": "SeaweedFS: no fsync (page cache)"}

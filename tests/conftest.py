@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
+import urllib.request
 import uuid
+from pathlib import Path
 
 import boto3
 import pytest
@@ -100,3 +105,35 @@ def bucket(s3):
     s3.create_bucket(Bucket=name)
     yield name
     remove_bucket(s3, name)
+
+
+@pytest.fixture(scope="session")
+def moto():
+    """A real ``moto_server`` process on a free 127.0.0.1 port."""
+    from servers import free_port
+
+    port = free_port()
+    exe = Path(sys.executable).parent / "moto_server"
+    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 30
+    try:
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"moto_server exited with {proc.returncode}")
+            try:
+                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
+                break
+            except OSError:
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.1)
+        yield endpoint
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

@@ -464,6 +464,7 @@ def upstream_sealed(tmp_path, seaweed, monkeypatch):
     for name, value in seaweed.env.items():
         monkeypatch.setenv(name, value)
     inner = S3Store(UPSTREAM_BUCKET, f"rewrap-{tmp_path.name}", seaweed.endpoint, "us-east-1")
+    inner.learn_quirks()  # as the gateway does at start
     sealed = SealedStore(inner, create_keyring(tmp_path / "ring.json", forbidden_dir=tmp_path / "x"))
     for bucket in ("rw", INTERNAL_BUCKET):
         inner.create_bucket(bucket)
@@ -542,6 +543,45 @@ def test_an_object_beyond_the_upstreams_copy_limit_is_sealed_anew_when_copied_or
         sealed.put_object("rw", "late", RotatesAtTheEnd(data), ObjectMeta())
         assert sealed.key_version("rw", "late")[1] == sealed.keys.primary_version() == 3
         assert _read(sealed, "late") == data
+    finally:
+        inner.close()
+
+
+def test_multipart_objects_keep_their_parts_when_copied_or_rewrapped_where_copies_flatten(
+        tmp_path, moto, monkeypatch):
+    """AWS (and moto) give a CopyObject of a multipart object a plain MD5 ETag: one part. A
+    sealed object is read by its parts, so copies, in-place metadata changes and rewraps of
+    multipart objects go part by part, and they stay readable."""
+    from gateway.store.base import ObjectMeta
+    from gateway.store.s3 import S3Store
+    from gateway.store.sealed import SealedStore
+    from vault.keys import create_keyring
+
+    for name, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+        monkeypatch.setenv(name, value)
+    boto3.client("s3", endpoint_url=moto, region_name="us-east-1").create_bucket(Bucket="flat")
+    inner = S3Store("flat", "g", moto, "us-east-1")
+    inner.learn_quirks()
+    assert not inner.copy_keeps_parts  # what the gateway learns of AWS-like upstreams at start
+    sealed = SealedStore(inner, create_keyring(tmp_path / "ring.json", forbidden_dir=tmp_path / "x"))
+    inner.create_bucket("rw")
+    try:
+        mib = 2**20
+        parts = [os.urandom(5 * mib), os.urandom(mib + 7)]
+        _multipart(sealed, "multi", parts)
+        _multipart(sealed, "one", [os.urandom(mib)])
+        sealed.copy_object("rw", "multi", "rw", "multi-copy", None)
+        assert inner.head_object("rw", "multi-copy").etag.endswith("-2")
+        assert _read(sealed, "multi-copy") == b"".join(parts)
+        sealed.copy_object("rw", "multi", "rw", "multi", ObjectMeta(user={"mode": "0600"}))  # s3fs chmod
+        assert _read(sealed, "multi") == b"".join(parts)
+        assert sealed.head_object("rw", "multi").meta.user == {"mode": "0600"}
+        sealed.keys.rotate()
+        for key in ("multi", "one", "multi-copy"):
+            assert sealed.rewrap("rw", key)
+            assert sealed.key_version("rw", key)[1] == 2
+        assert _read(sealed, "multi") == b"".join(parts) and len(_read(sealed, "one")) == mib
+        assert sealed.head_object("rw", "multi").meta.user == {"mode": "0600"}
     finally:
         inner.close()
 

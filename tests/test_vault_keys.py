@@ -8,10 +8,6 @@ import base64
 import json
 import os
 import stat
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import boto3
@@ -433,38 +429,6 @@ def test_passphrase_salt_record_damaged_or_raced():
 
 AWS_ENV = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
            "AWS_REGION": "us-east-1"}
-
-
-@pytest.fixture(scope="module")
-def moto():
-    """A real ``moto_server`` process on a free 127.0.0.1 port."""
-    from servers import free_port
-
-    port = free_port()
-    exe = Path(sys.executable).parent / "moto_server"
-    proc = subprocess.Popen([str(exe), "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    endpoint = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 30
-    try:
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"moto_server exited with {proc.returncode}")
-            try:
-                urllib.request.urlopen(endpoint + "/moto-api/", timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline:
-                    raise
-                time.sleep(0.1)
-        yield endpoint
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @pytest.fixture(scope="module")

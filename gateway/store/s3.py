@@ -445,6 +445,9 @@ class S3Store:
         self._sweep_after = ""
         #: whether the upstream turns "\\" in a name into "/" (see learn_quirks)
         self.folds_backslash = False
+        #: whether a CopyObject of a multipart object keeps its parts (its ``-N`` ETag), as
+        #: SeaweedFS's does and AWS's does not; until learned, copies assume not
+        self.copy_keeps_parts = False
 
     @property
     def where(self) -> str:
@@ -824,7 +827,10 @@ class S3Store:
         blob = _pack(new_meta, w=writer, ps=_rle(source.part_sizes) if source.part_sizes else None)
         copy_source = {"Bucket": self.bucket, "Key": self._okey(source.bucket, source.key)}
         okey = self._okey(bucket, key)
-        if source.size > self.copy_limit:
+        if source.size > self.copy_limit or (_etag_parts(source.etag) and not self.copy_keeps_parts):
+            # AWS gives a CopyObject of a multipart object a plain MD5 ETag: one part. The
+            # sealed store reads an object by its parts, so there a multipart one is copied
+            # part by part (server-side still), and the copy keeps them.
             return self._copy_in_parts(source, bucket, key, new_meta, condition, writer)
         try:
             response = self._call("copy_object", Bucket=self.bucket, Key=okey, CopySource=copy_source,
@@ -858,7 +864,7 @@ class S3Store:
         so a write that replaced it meanwhile is never overwritten (PreconditionFailed; or
         NoSuchKey once deleted). Rewrapping a data key is this, once per object, so it is one
         upstream call rather than copy_object's four."""
-        if current.size > self.copy_limit:
+        if current.size > self.copy_limit or (_etag_parts(current.etag) and not self.copy_keeps_parts):
             return self.copy_object(current.bucket, current.key, current.bucket, current.key, meta,
                                     WriteCondition(if_match=current.etag), source_etag=current.etag)
         name = self._okey(current.bucket, current.key)
@@ -891,6 +897,8 @@ class S3Store:
         okey = self._okey(bucket, key)
         copy_source = {"Bucket": self.bucket, "Key": self._okey(source.bucket, source.key)}
         sizes = list(source.part_sizes)
+        if not sizes and _etag_parts(source.etag) == 1:
+            sizes = [source.size]  # a multipart object of one part stays one
         if not sizes:
             count = -(-source.size // self.copy_part)
             sizes = [self.copy_part] * (count - 1) + [source.size - self.copy_part * (count - 1)]
@@ -1349,11 +1357,14 @@ class S3Store:
             raise StoreUnavailable(f"{exc.message} (upstream: {self.where})") from exc
 
     def learn_quirks(self) -> None:
-        """Find out, with one throwaway object, whether the upstream stores a backslash as
-        "/" (SeaweedFS's filer does, then folds "//"). The key encoding cannot keep such a
-        name apart from another key's, so on such an upstream keys that would contain one
-        (a backslash, or ESC, which encodes as ",\\") are refused rather than stored where
-        another key lives. Other services keep the name as written."""
+        """Find out, with throwaway objects, two things services differ in.
+
+        - Whether the upstream stores a backslash as "/" (SeaweedFS's filer does, then folds
+          "//"). The key encoding cannot keep such a name apart from another key's, so there
+          keys that would contain one (a backslash, or ESC, which encodes as ",\\") are
+          refused rather than stored where another key lives.
+        - Whether a CopyObject of a multipart object keeps its parts (``copy_keeps_parts``):
+          where it does, a metadata change or a rewrap is one call."""
         token = secrets.token_hex(8)  # gateways that start together each probe their own name
         written, folded = f"{self.prefix}_probes/a\\{token}", f"{self.prefix}_probes/a/{token}"
         try:
@@ -1368,6 +1379,24 @@ class S3Store:
             raise self._error(exc) from exc
         finally:
             self._delete_quietly(written, folded)
+        self.copy_keeps_parts = self._probe_copy_of_parts(f"{self.prefix}_probes/parts-{token}")
+
+    def _probe_copy_of_parts(self, name: str) -> bool:
+        """Copy a throwaway one-part multipart object onto itself: does it stay multipart?"""
+        try:
+            upload = self._call("create_multipart_upload", Bucket=self.bucket, Key=name)["UploadId"]
+            part = self._call("upload_part", Bucket=self.bucket, Key=name, UploadId=upload,
+                              PartNumber=1, Body=b"probe")["ETag"]
+            self._call("complete_multipart_upload", Bucket=self.bucket, Key=name, UploadId=upload,
+                       MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part}]})
+            copied = self._call("copy_object", Bucket=self.bucket, Key=name,
+                                CopySource={"Bucket": self.bucket, "Key": name},
+                                MetadataDirective="REPLACE", Metadata={"probe": "1"})
+            return _etag_parts(_strip(copied["CopyObjectResult"]["ETag"])) == 1
+        except ClientError as exc:
+            raise self._error(exc) from exc
+        finally:
+            self._delete_quietly(name)
 
     def close(self) -> None:
         for client in (self._client, self._probe):
