@@ -12,6 +12,7 @@ first start that finds it: there is no migration step to remember.
 from __future__ import annotations
 
 import getpass
+import os
 import sys
 import time
 from collections.abc import Iterator
@@ -44,6 +45,8 @@ from .store.sealed import SealedStore, SealError
 SEAL_RECORD = "vault/seal.json"
 SALT_RECORD = "vault/passphrase-salt"
 REWRAP_CHECKPOINT = "vault/rewrap.json"
+#: Set to 1 to seal unsealed objects found beside sealed ones when the seal record is gone.
+ACCEPT_UNSEALED_ENV = "ORGMEM_ACCEPT_UNSEALED"
 UNSEALED_RECORDS = frozenset({SEAL_RECORD, SALT_RECORD, REWRAP_CHECKPOINT})
 #: How many sealed objects a start looks at to check a KMS key against a seal record written
 #: before it named its KMS keys.
@@ -98,6 +101,7 @@ def seal(inner: ObjectStore, config: Config) -> SealedStore:
         _check_record(record, keys)
     sealed = SealedStore(inner, keys)
     if record is None:
+        _refuse_if_record_lost(inner)
         migrated = seal_plaintext(sealed)
         if migrated:
             log.warning("plaintext_sealed", objects=migrated)
@@ -263,6 +267,26 @@ def _seal_one(sealed: SealedStore, bucket: str, key: str) -> int:
     finally:
         reader.close()
     return 1
+
+
+def _refuse_if_record_lost(inner: ObjectStore) -> None:
+    """No seal record, yet sealed objects: the record was removed (or lost) behind the
+    gateway's back. Sealing the plaintext found beside them would take as the data's own
+    whatever someone with write access to the bucket planted (identities, secrets...), so
+    the gateway refuses unless an operator who checked says the plaintext is theirs."""
+    if os.environ.get(ACCEPT_UNSEALED_ENV, "") == "1":
+        return
+    for bucket, key in sealed_objects(inner):
+        try:
+            if inner.head_object(bucket, key).meta.sealed:
+                raise SealingError(
+                    f"the seal record ({INTERNAL_BUCKET}/{SEAL_RECORD}) is missing, but the data "
+                    "holds sealed objects: it was removed or lost, and any plaintext object beside "
+                    "them may have been planted. Restore the record from a backup of the bucket; "
+                    f"or, once you have checked every unsealed object is yours, start once with "
+                    f"{ACCEPT_UNSEALED_ENV}=1 to seal them. Nothing was read or written")
+        except NoSuchKey:
+            continue
 
 
 def _ensure_internal_bucket(inner: ObjectStore) -> None:

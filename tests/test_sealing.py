@@ -262,6 +262,37 @@ def test_env_kek_and_plaintext_from_before_sealing(tmp_path):
     assert key not in gateway.log()
 
 
+def test_plaintext_planted_beside_sealed_data_is_never_taken_for_the_datas_own(tmp_path):
+    """Someone with write access to the store deletes the seal record and plants plaintext
+    (forged identities, say): the gateway refuses to start rather than seal it as its own."""
+    from gateway.sealing import SEAL_RECORD
+    from gateway.store.base import INTERNAL_BUCKET, ObjectMeta
+    from gateway.store.local import LocalStore
+
+    gateway = Gateway(tmp_path / "data").start()
+    client(gateway).create_bucket(Bucket="kept")
+    client(gateway).put_object(Bucket="kept", Key="real", Body=b"sealed and real")
+    gateway.stop()
+    raw = LocalStore(tmp_path / "data" / "store")
+    raw.put_object("kept", "planted", io.BytesIO(b"ATTACKER CONTENT"), ObjectMeta())
+    raw.delete_object(INTERNAL_BUCKET, SEAL_RECORD)
+    raw.close()
+    env = {**os.environ, "ORGMEM_ROOT_ACCESS_KEY": gateway.access_key,
+           "ORGMEM_ROOT_SECRET_KEY": gateway.secret_key}
+    refused = subprocess.run([str(BIN / "orgmem"), "serve", "--port", "1", "--data", str(tmp_path / "data")],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "seal record" in refused.stderr
+    assert "ORGMEM_ACCEPT_UNSEALED=1" in refused.stderr
+    # an operator who checked the plaintext says so, once
+    gateway.env = {"ORGMEM_ACCEPT_UNSEALED": "1"}
+    gateway.start()
+    try:
+        assert client(gateway).get_object(Bucket="kept", Key="real")["Body"].read() == b"sealed and real"
+        assert client(gateway).get_object(Bucket="kept", Key="planted")["Body"].read() == b"ATTACKER CONTENT"
+    finally:
+        gateway.stop()
+
+
 # -- rotation --------------------------------------------------------------------------------------
 
 
