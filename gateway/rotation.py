@@ -33,7 +33,7 @@ from vault.keys import WrappedKey
 from .logs import log
 from .sealing import REWRAP_CHECKPOINT, read_internal, sealed_objects
 from .secret_store.service import Secrets
-from .store.base import INTERNAL_BUCKET, NoSuchBucket, NoSuchKey, ObjectMeta, StoreError
+from .store.base import INTERNAL_BUCKET, NoSuchBucket, NoSuchKey, ObjectMeta, StoreError, StoreUnavailable
 from .store.sealed import SealedStore, SealError
 
 CHECKPOINT = REWRAP_CHECKPOINT
@@ -128,7 +128,14 @@ class KeyRotation:
         in_use = status["objects_by_version"].get(str(version), 0)
         secrets = status["secrets_by_version"].get(str(version), 0)
         uploads = status["uploads_by_version"].get(str(version), 0)
+        damaged = status["objects_by_version"].get("damaged#0", 0) + \
+            status["secrets_by_version"].get("damaged#0", 0)
         refusals = []
+        if damaged:
+            refusals.append(
+                f"{damaged} objects or secret versions have a wrapped key that cannot be read, so "
+                f"whether they use version {version} is unknown: restore them from backup or "
+                "delete them (their names are in the gateway's log), then retire")
         if in_use or secrets:
             refusals.append(
                 f"{in_use} objects and {secrets} secret versions are still sealed under version "
@@ -201,8 +208,10 @@ class KeyRotation:
         """The (KEK id, version) of an object's wrapped key; None when it has none."""
         try:
             return self.sealed.key_version(bucket, key)
-        except (NoSuchKey, NoSuchBucket):
-            raise  # deleted meanwhile: not counted (these are StoreErrors too)
+        except (NoSuchKey, NoSuchBucket, StoreUnavailable):
+            # deleted meanwhile: not counted; an upstream that failed answers nothing about it,
+            # so the count fails (retire must never go ahead on a guess)
+            raise
         except (StoreError, ValueError):
             return ("damaged", 0)
 

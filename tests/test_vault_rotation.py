@@ -212,3 +212,33 @@ def test_rewrap_skips_a_damaged_secret_record(tmp_path, monkeypatch):
     with pytest.raises(RotationError):
         rotation.retire(1)
     assert secrets.get("ok/one")[0] == b"value-one"
+
+
+def test_retire_never_goes_ahead_on_a_count_the_store_could_not_make(tmp_path, monkeypatch):
+    """One object's HEAD failing for a moment once counted it as damaged, and retire went
+    ahead while the object still used the version. Now the count fails, and an object whose
+    wrapped key cannot be read holds retire back too."""
+    from gateway.store.base import StoreUnavailable
+
+    store = sealed_store(tmp_path)
+    store.put_object("b", "k", io.BytesIO(b"still under version 1"), ObjectMeta())
+    rotation = KeyRotation(store)
+    rotation.rotate()
+    real = store.key_version
+
+    def failing(error):
+        def key_version(bucket, key):
+            if (bucket, key) == ("b", "k"):
+                raise error
+            return real(bucket, key)
+        return key_version
+
+    monkeypatch.setattr(store, "key_version", failing(StoreUnavailable("the upstream answered 503")))
+    with pytest.raises(StoreUnavailable):
+        rotation.retire(1)
+    monkeypatch.setattr(store, "key_version", failing(ValueError("a wrapped key that cannot be read")))
+    with pytest.raises(RotationError) as refused:
+        rotation.retire(1)
+    assert "cannot be read" in refused.value.message
+    monkeypatch.undo()
+    assert 1 in store.keys.versions() and read(store, "k") == b"still under version 1"
