@@ -224,6 +224,20 @@ def test_rotate_retire_unretire(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keyring.json"]
 
 
+def test_a_keyring_reached_through_a_symlink_is_rotated_in_place(tmp_path):
+    """Rotating through a symlink once replaced the link with a file of its own: the real
+    keyring (the one backed up) kept the old versions only."""
+    real = tmp_path / "real" / "keyring.json"
+    create_keyring(real)
+    (tmp_path / "link").mkdir()
+    link = tmp_path / "link" / "keyring.json"
+    link.symlink_to(real)
+    ring = FileKeyring(link)
+    assert ring.rotate() == 2
+    assert link.is_symlink() and FileKeyring(real).versions() == [1, 2]
+    assert sorted(p.name for p in (tmp_path / "link").iterdir()) == ["keyring.json"]
+
+
 def test_reload_sees_rotation_by_another_process(tmp_path):
     path = tmp_path / "keyring.json"
     gateway = create_keyring(path)

@@ -603,7 +603,9 @@ class FileKeyring:
 
     def __init__(self, path: str | Path, *, forbidden_dir: Path | None = None,
                  reload_interval: float = 1.0) -> None:
-        self.path = Path(path).expanduser()
+        # the file itself, not a symlink to it: a rotation replaces the file it writes (and
+        # locks its directory), and the keyring backed up is the real one
+        self.path = Path(path).expanduser().resolve()
         _refuse_inside(self.path, forbidden_dir)
         self.reload_interval = reload_interval
         self.created = False  # set by create_keyring / provider_from_spec when it made the file
