@@ -243,6 +243,36 @@ def test_a_record_that_cannot_be_written_fails_only_its_own_request(tmp_path):
         log.close()
 
 
+def test_a_commit_the_store_timed_out_on_is_not_tried_again(tmp_path, monkeypatch):
+    """A timeout already took the whole backend timeout: trying twice more tripled every
+    waiter's wait (a vault read waited minutes behind a frozen upstream)."""
+    from gateway.store.base import StoreTimeout
+
+    monkeypatch.setattr("gateway.log.writer.BACKOFF", 0.01)
+    inner = LocalStore(tmp_path / "store")
+    inner.create_bucket(INTERNAL_BUCKET)
+    attempts = []
+
+    class Frozen(FailingStore):
+        def put_object(self, *args, **kwargs):
+            if self.down:
+                attempts.append(1)
+                raise StoreTimeout("no answer in time")
+            return self.inner.put_object(*args, **kwargs)
+
+    store = Frozen(inner)
+    log = DurableLog(store, flush_interval=60).start()
+    try:
+        store.down = True
+        with pytest.raises(LogUnavailable):
+            log.append([bio(1)])
+        assert len(attempts) == 1
+        store.down = False
+        log.append([bio(2)])
+    finally:
+        log.close()
+
+
 def test_checkpoints_are_compare_and_swap(store):
     log = DurableLog(store)
     one = log.checkpoints.load("biography")

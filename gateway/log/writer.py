@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..logs import log
-from ..store.base import ObjectStore, StoreError, StoreUnavailable
+from ..store.base import ObjectStore, StoreError, StoreTimeout, StoreUnavailable
 from ..store.objects import write_object
 from . import layout
 from .records import Record, encodable, encode, encoded_size
@@ -249,6 +249,8 @@ class LogWriter:
             try:
                 write_object(self.store, layout.BUCKET, key, data, "application/zstd")
                 return encoded_size(data)
+            except StoreTimeout:
+                raise  # waited a whole timeout already: a retry would double every waiter's wait
             except StoreError:
                 if attempt == ATTEMPTS - 1:
                     raise

@@ -111,6 +111,11 @@ class StoreUnavailable(StoreError):
     code = "SlowDown"
 
 
+class StoreTimeout(StoreUnavailable):
+    """The storage backend did not answer in time. Not retried: a retry would wait as
+    long again, and no caller should wait much longer than the timeout."""
+
+
 @dataclass(frozen=True)
 class WriteCondition:
     """A conditional write: ``If-None-Match: *`` and/or ``If-Match: <etag>``.

@@ -72,6 +72,7 @@ from botocore.exceptions import (
     ConnectTimeoutError,
     EndpointConnectionError,
     NoCredentialsError,
+    ReadTimeoutError,
 )
 
 from .base import (
@@ -96,6 +97,7 @@ from .base import (
     Readable,
     SourceChanged,
     StoreError,
+    StoreTimeout,
     StoreUnavailable,
     UploadInfo,
     WriteCondition,
@@ -487,6 +489,8 @@ class S3Store:
                 raise StoreUnavailable("No credentials for the storage upstream: set "
                                        "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
                                        "AWS_PROFILE.") from exc
+            except ReadTimeoutError as exc:
+                raise StoreTimeout("The storage upstream did not answer in time; retry later.") from exc
             except BotoCoreError as exc:
                 raise StoreUnavailable(f"The storage upstream failed ({exc.__class__.__name__}); "
                                        "retry later.") from exc
