@@ -241,12 +241,15 @@ class KeyRotation:
         if raw is None:
             return None
         record = orjson.loads(raw)
+        if record.get("primary", self.keys.primary_version()) != self.keys.primary_version():
+            return None  # left by a rewrap to an earlier primary: what it passed needs doing again
         return record["bucket"], record["key"]
 
     def _save_checkpoint(self, position: tuple[str, str] | None) -> None:
         if position is None:
             return
-        record = {"bucket": position[0], "key": position[1], "at": time.time()}
+        record = {"bucket": position[0], "key": position[1], "at": time.time(),
+                  "primary": self.keys.primary_version()}
         self.sealed.inner.put_object(INTERNAL_BUCKET, CHECKPOINT, BytesIO(orjson.dumps(record)),
                                      ObjectMeta(content_type="application/json"))
 

@@ -242,3 +242,19 @@ def test_retire_never_goes_ahead_on_a_count_the_store_could_not_make(tmp_path, m
     assert "cannot be read" in refused.value.message
     monkeypatch.undo()
     assert 1 in store.keys.versions() and read(store, "k") == b"still under version 1"
+
+
+def test_a_resumed_rewrap_after_another_rotation_starts_over(tmp_path):
+    """A checkpoint left by a rewrap to version 2, resumed after a rotation to 3, once
+    skipped what the first batch had passed and then said everything was under 3."""
+    store = sealed_store(tmp_path)
+    for n in range(6):
+        store.put_object("b", f"k{n}", io.BytesIO(b"x"), ObjectMeta())
+    rotation = KeyRotation(store)
+    rotation.rotate()
+    assert not rotation.rewrap(False, 3).done  # interrupted after one batch
+    rotation.rotate()
+    rewrap_all_resumed = [rotation.rewrap(True, 3)]
+    while not rewrap_all_resumed[-1].done:
+        rewrap_all_resumed.append(rotation.rewrap(True, 3))
+    assert set(rotation.status()["objects_by_version"]) == {"3"}
