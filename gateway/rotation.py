@@ -17,6 +17,7 @@ then: the store offers no way to rewrap it, so ``status`` counts them per versio
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import time
@@ -28,6 +29,7 @@ from io import BytesIO
 
 import orjson
 
+from vault.errors import VaultError
 from vault.keys import WrappedKey
 
 from .logs import log
@@ -42,6 +44,21 @@ MAX_SKIPPED_NAMES = 100
 #: Objects rewrapped at once within a batch, unless the backend says how many calls it
 #: takes at once (``parallel_calls``: an upstream S3 service, where each is a round trip).
 REWRAP_WORKERS = 8
+
+
+@contextlib.contextmanager
+def _keyring_errors() -> Iterator[None]:
+    """A keyring the gateway cannot change (bad permissions, damaged, read-only): say why, as
+    a 409 the operator can act on, not an internal error with the reason in a log."""
+    try:
+        yield
+    except VaultError as exc:
+        raise RotationError(f"the keyring cannot be changed: {exc}", code="KeyringError", status=409) \
+            from None
+    except OSError as exc:
+        raise RotationError(f"the keyring cannot be written ({exc.strerror or exc.__class__.__name__}: "
+                            "is its directory writable by the gateway?)", code="KeyringError",
+                            status=409) from None
 
 
 class RotationError(Exception):
@@ -113,7 +130,8 @@ class KeyRotation:
                 f"the {self.keys.kek_id} KEK is not rotated by the gateway: for aws-kms restart "
                 "with the new key first (--kek aws-kms:NEW,OLD); for env: and passphrase keys, "
                 "move to a file: keyring to rotate", code="NotRotatable")
-        return rotate()
+        with _keyring_errors():
+            return rotate()
 
     def retire(self, version: int) -> dict:
         retire = getattr(self.keys, "retire", None)
@@ -151,7 +169,8 @@ class KeyRotation:
         if refusals:
             raise RotationError(f"KEK version {version} is still in use: " + "; and ".join(refusals),
                                 code="DeleteConflict", status=409)
-        retire(version)
+        with _keyring_errors():
+            retire(version)
         self.sealed.forget_opened()  # data keys opened under the version before it was retired
         return {"retired": version, "primary": self.keys.primary_version()}
 

@@ -258,3 +258,14 @@ def test_a_resumed_rewrap_after_another_rotation_starts_over(tmp_path):
     while not rewrap_all_resumed[-1].done:
         rewrap_all_resumed.append(rotation.rewrap(True, 3))
     assert set(rotation.status()["objects_by_version"]) == {"3"}
+
+
+def test_a_keyring_that_cannot_be_changed_is_said_so(tmp_path):
+    store = sealed_store(tmp_path)
+    rotation = KeyRotation(store)
+    (tmp_path / "ring.json").chmod(0o644)
+    with pytest.raises(RotationError) as refused:
+        rotation.rotate()
+    assert refused.value.code == "KeyringError" and "ring.json" in refused.value.message
+    (tmp_path / "ring.json").chmod(0o600)
+    assert rotation.rotate() == 2
