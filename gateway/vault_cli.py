@@ -112,6 +112,25 @@ def kek_retire(version: int) -> None:
     click.echo(f"KEK version {result['retired']} is retired.")
 
 
+@kek.command("unretire")
+@click.argument("version", type=int)
+@click.option("--keyring", type=click.Path(exists=True, dir_okay=False), required=True,
+              help="The keyring file, as in --kek file:PATH.")
+def kek_unretire(version: int, keyring: str) -> None:
+    """Make a retired KEK version unwrap again, in the keyring file itself: for data
+    restored from a backup taken before the retire. Works with the gateway stopped (it may
+    refuse to start without this); a running gateway sees the change within a second."""
+    from vault.errors import VaultError
+    from vault.keys import FileKeyring
+
+    try:
+        FileKeyring(keyring).unretire(version)
+    except VaultError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"KEK version {version} unwraps again. Rewrap and retire it once the restored "
+               "data no longer needs it.")
+
+
 @vault.command("rewrap")
 @click.option("--resume", is_flag=True, help="Continue an interrupted rewrap from its checkpoint.")
 @click.option("--batch", default=500, show_default=True, help="Objects per request.")

@@ -390,6 +390,36 @@ def test_rotate_rewrap_retire_keeps_secrets_and_waits_for_uploads(tmp_path):
         gateway.stop()
 
 
+def test_data_restored_from_before_a_retire_reads_again_once_unretired(tmp_path):
+    """A backup taken before `kek retire 1`, restored: the gateway refuses to start and says
+    which command to run; `kek unretire` works on the keyring file with the gateway stopped."""
+    import shutil
+
+    gateway = Gateway(tmp_path / "data").start()
+    try:
+        vault(gateway, "put", "ops/kept", input=b"from before the backup")
+        gateway.stop()
+        shutil.copytree(tmp_path / "data", tmp_path / "backup")
+        gateway.start()
+        vault(gateway, "kek", "rotate")
+        vault(gateway, "rewrap")
+        vault(gateway, "kek", "retire", "1")
+        gateway.stop()
+        shutil.rmtree(tmp_path / "data")
+        shutil.copytree(tmp_path / "backup", tmp_path / "data")
+        with pytest.raises(RuntimeError):
+            gateway.start(timeout=10)
+        keyring = tmp_path / "data.keyring.json"
+        assert f"orgmem vault kek unretire 1 --keyring {keyring.resolve()}" in gateway.log()
+        done = subprocess.run([str(BIN / "orgmem"), "vault", "kek", "unretire", "1", "--keyring", str(keyring)],
+                              capture_output=True, timeout=60)
+        assert done.returncode == 0, done.stderr
+        gateway.start()
+        assert stdout(vault(gateway, "get", "ops/kept")) == "from before the backup"
+    finally:
+        gateway.stop()
+
+
 # ============================================================================ orgmem run
 
 CHILD_HASHES = ("import hashlib, os, sys\n"

@@ -662,7 +662,8 @@ class FileKeyring:
                               "the current keyring")
         if s.retired[v]:
             raise UnwrapError(f"this data key was wrapped by version {v} of KEK {s.kek_id!r}, "
-                              f"which was retired on {s.retired[v]}; unretire it to read the data")
+                              f"which was retired on {s.retired[v]}; unretire it to read the data "
+                              f"(orgmem vault kek unretire {v} --keyring {self.path})")
         return _open_dek(AESGCM(s.keys[v]), wrapped.blob, _wrap_aad(s.kek_id, v, aad),
                          f"KEK {s.kek_id!r} version {v}")
 
