@@ -234,6 +234,32 @@ def test_a_deny_inside_a_granted_scope_leaves_no_trace_in_hits_or_counts(gw, adm
     assert bob.search(f"{w} hidden", session="hidden")["count"] == 0
 
 
+@pytest.mark.parametrize("grant", [
+    {"Effect": "Allow", "Action": "memory:GetDocument", "NotResource": "arn:orgmem:memory:::org/secret-*"},
+    {"Effect": "Allow", "Action": "memory:GetDocument", "Resource": "arn:orgmem:memory:::org/?"},
+], ids=["not-resource", "one-character"])
+def test_an_allow_that_covers_part_of_a_scope_never_counts_the_rest(gw, admin, root, grant):
+    """Asking the policy about the literal resource ``org/*`` granted the whole scope to
+    an Allow that covers only part of it, and counts showed documents the caller could not
+    read (a yes/no oracle on their words)."""
+    w = word()
+    name = uid("partial")
+    keys = admin.create_agent(name, policies=[])
+    admin.put_policy(f"{name}-grant", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "search:Query", "Resource": "*"}, grant]})
+    admin.attach_policy(f"{name}-grant", agent=name)
+    memory = MemoryClient(gw.endpoint, gw.access_key, gw.secret_key)
+    for slug in (f"secret-{w}-1", f"secret-{w}-2", f"public-{w}"):
+        memory.put("org", slug, {"kind": "fact", "title": f"About {slug}", "body": f"The {w} merger."})
+    wait_for(lambda: root.search(w)["count"] == 3, "every item, for the root")
+    carol = searcher(gw, keys["access_key"], keys["secret_key"])
+    readable = 1 if "NotResource" in grant else 0
+    for limit in (0, 1, 10):
+        result = carol.search(w, limit=limit)
+        assert result["count"] == readable, (limit, result)
+        assert not any("secret" in h["id"] for h in result["hits"])
+
+
 # -- hostile input ----------------------------------------------------------------------------------
 
 

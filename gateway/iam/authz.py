@@ -10,6 +10,8 @@ store hands out the intersected set, so this module needs no special case).
 
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Mapping, Sequence
 
 from .identities import IdentityStore
@@ -50,6 +52,13 @@ class Authorizer:
             return []
         return self.identities.policy_set(principal).denials(action, context)
 
+    def allowances(self, principal: Principal, action: str, context: Context) -> list[tuple[Glob, bool]]:
+        """The Allows of ``action`` that apply in ``context`` (see ``PolicySet.allowances``);
+        for root, one covering everything."""
+        if principal.is_root:
+            return [((None,), False)]
+        return self.identities.policy_set(principal).allowances(action, context)
+
     def allows_some_under(self, principal: Principal, action: str, prefix: str, context: Context) -> bool:
         """Whether an Allow of ``action`` may reach some resource under ``prefix``: a cheap
         gate before work whose every item is authorized later (it errs towards yes)."""
@@ -69,7 +78,7 @@ def denies_some_under(denials: list[tuple[Glob, bool]], prefix: str) -> bool:
     that must serve all resources under ``prefix`` or none refuses rather than leaks."""
     for glob, not_resource in denials:
         if not_resource:
-            if not _covers_all_under(glob, prefix):  # it denies what the pattern leaves out
+            if not covers_all_under(glob, prefix):  # it denies what the pattern leaves out
                 return True
         elif _may_match_under(glob, prefix):
             return True
@@ -88,12 +97,19 @@ def _may_match_under(glob: Glob, prefix: str) -> bool:
     return text.startswith(prefix)
 
 
-def _covers_all_under(glob: Glob, prefix: str) -> bool:
-    """Whether ``glob`` matches every resource starting with ``prefix`` (only the plain
-    form is recognised: literal text that ``prefix`` starts with, then one final ``*``)."""
-    if not glob or glob[-1] is not None or any(not unit for unit in glob[:-1]):
+def covers_all_under(glob: Glob, prefix: str) -> bool:
+    """Whether ``glob`` matches every resource starting with ``prefix``: it must end in ``*``
+    (only that absorbs any rest), and what comes before must match some start of ``prefix``
+    (``bio:::*/*`` covers ``bio:::alice/``, ``bio:::al*`` too, ``bio:::*/x*`` does not)."""
+    if not glob or glob[-1] is not None:
         return False
-    return prefix.startswith("".join(glob[:-1]))
+    return _head_pattern(glob[:-1]).match(prefix) is not None
+
+
+@functools.lru_cache(maxsize=4096)
+def _head_pattern(units: Glob) -> re.Pattern[str]:
+    return re.compile("".join(".*" if unit is None else "." if unit == "" else re.escape(unit)
+                              for unit in units), re.DOTALL)
 
 
 def reason(decision: Decision, items_denied: int = 0) -> str:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from indexer import Exclusion, regex_literal
 
-from ..iam.authz import Authorizer, Context
+from ..iam.authz import Authorizer, Context, covers_all_under
 from ..iam.identities import IdentityStore
 from ..iam.policy import Glob
 from ..iam.principals import Principal
@@ -158,14 +158,28 @@ class AccessTokens:
         if principal.disabled:
             return Access(frozenset())
         types = self.types(principal, context)
-        denials = self.authorizer.denials
-        exclusions = tuple(Exclusion(t, glob_regex(glob), not_resource) for t in types
-                           for glob, not_resource in denials(principal, READ_ACTIONS[t], context))
-        return Access(frozenset(self._tokens(principal, set(types), context)), exclusions)
+        denials, allowances = self.authorizer.denials, self.authorizer.allowances
+        exclusions = [Exclusion(t, glob_regex(glob), not_resource) for t in types
+                      for glob, not_resource in denials(principal, READ_ACTIONS[t], context)]
+        # an Allow with NotResource grants its scopes all but what it names: that is taken out
+        exclusions += [Exclusion(t, glob_regex(glob), False) for t in types
+                       for glob, not_resource in allowances(principal, READ_ACTIONS[t], context)
+                       if not_resource]
+        return Access(frozenset(self._tokens(principal, set(types), context)), tuple(exclusions))
 
     def _tokens(self, principal: Principal, types: set[str], context: Context) -> set[str]:
+        """The scopes the caller may read whole. Asking the policy about the literal resource
+        ``SCOPE/*`` is not enough: ``org/?`` matches that string, and so does an Allow whose
+        NotResource names part of the scope. A scope is granted only when an Allow covers every
+        resource in it (or, with NotResource, all but what an exclusion takes out)."""
+        patterns = {kind: self.authorizer.allowances(principal, READ_ACTIONS[kind], context)
+                    for kind in types}
+
         def allows(kind: str, resource: str) -> bool:
-            return self.authorizer.allows(principal, READ_ACTIONS[kind], resource, context)
+            prefix = resource.removesuffix("*")
+            return (self.authorizer.allows(principal, READ_ACTIONS[kind], resource, context)
+                    and any(not_resource or covers_all_under(glob, prefix)
+                            for glob, not_resource in patterns[kind]))
 
         agents = [a["name"] for a in self.identities.list_agents()]
         teams = [t["name"] for t in self.identities.list_teams()]
