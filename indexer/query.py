@@ -128,7 +128,11 @@ def filter_clauses(schema: tantivy.Schema, filters: Filters) -> list[tantivy.Que
     if since and until and since >= until:
         raise QueryError("since must be before until")
     # beyond the index's span: no bound on that side; within it, entries are clamped alike
-    since = clamp_time(since) if since and since > TIME_MIN else None
+    # The index keeps times to the second: since is taken from the start of its second, so an
+    # item later in that second is not missed (a poller passing the last hit's time sees that
+    # hit again rather than losing the ones after it); until is compared as the index holds
+    # times, so an item in until's own second counts as before it.
+    since = clamp_time(since.replace(microsecond=0)) if since and since > TIME_MIN else None
     until = clamp_time(until) if until and until <= TIME_MAX else None
     if since or until:
         clauses.append(tantivy.Query.range_query(schema, "time", tantivy.FieldType.Date, since, until,

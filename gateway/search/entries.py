@@ -69,7 +69,7 @@ class Sources:
                 if not key or not is_workspace_bucket(bucket):
                     return None
                 if record.op == "delete":
-                    return ("delete", file_ref(bucket, key))
+                    return self._file_deleted(bucket, key)
                 return self.file_change(bucket, key, record.by or "")
         return None
 
@@ -119,6 +119,16 @@ class Sources:
                            resource=resource_of("skill", scope=scope, name=manifest["name"]))
 
     # -- workspace files -------------------------------------------------------------------
+
+    def _file_deleted(self, bucket: str, key: str) -> Change | None:
+        """A delete notice, applied perhaps after the notice of a later write through
+        another gateway (each gateway's log is applied in turn, not by time): the entry
+        goes only if the object is still gone; if it is back, its own notice indexes it."""
+        try:
+            self.store.head_object(bucket, key)
+        except (NoSuchKey, NoSuchBucket):
+            return ("delete", file_ref(bucket, key))
+        return None
 
     def file_change(self, bucket: str, key: str, by: str = "") -> Change | None:
         ref = file_ref(bucket, key)
