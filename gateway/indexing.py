@@ -25,6 +25,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -350,7 +351,7 @@ class SearchIndex:
                 self._backlog = True
                 break  # commit what we have; the next step goes on from here
             records += len(obj.records)
-            adds, upserts, deletes = [], [], []
+            adds, upserts, deletes, expired = [], [], [], []
             if not fenced and any(isinstance(r, BioRecord) and r.resent for r in obj.records):
                 self._fence_waiting()
                 fenced = True
@@ -371,18 +372,21 @@ class SearchIndex:
                     adds.append(item)
                 elif op == "delete":
                     deletes.append(item)
+                elif op == "expire":
+                    expired.append(item)
                 else:
                     upserts.append(item)
             try:
                 self._apply(adds, upserts, deletes)
+                self._expire(expired)
             except BaseException:
                 # part of the object may be in the writer: the next step applies it again, and
                 # until a commit has settled that, adds must not leave a second copy
                 self._careful = True
                 raise
             advance(self.positions, obj.writer, obj.seq)
-            changed = changed or bool(adds or upserts or deletes)
-            if not (adds or upserts or deletes):
+            changed = changed or bool(adds or upserts or deletes or expired)
+            if not (adds or upserts or deletes or expired):
                 self._dirty = True  # positions moved: the next snapshot says so
         if objects >= limit:
             self._backlog = True  # the log may hold more than one step reads
@@ -422,6 +426,17 @@ class SearchIndex:
             self._upsert_each(upserts + adds)
             return
         self.stats["upserts"] += len(upserts) + len(adds)
+
+    def _expire(self, days: list[tuple[str, str]]) -> None:
+        """Drop the events of the (agent, UTC date) days retention removed from biographies."""
+        assert self._writer is not None
+        for agent, day in days:
+            try:
+                start = datetime.fromisoformat(day).replace(tzinfo=UTC)
+            except ValueError:
+                continue
+            self._writer.delete_events(agent, start, start + timedelta(days=1))
+            self.stats["deletes"] += 1
 
     def _upsert_each(self, upserts: list) -> None:
         """Upsert one at a time, skipping the entries Tantivy refuses: one odd entry must not

@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from typing import Any, TypeVar
+
+import tantivy
 
 from .documents import Entry
 from .schema import open_index
@@ -104,6 +107,18 @@ class IndexWriter:
                 n += 1
             self._pending += n
         return n
+
+    def delete_events(self, agent: str, start: datetime, end: datetime) -> None:
+        """Remove ``agent``'s events timed in [start, end): a day retention removed."""
+        schema = self.index.schema
+        query = tantivy.Query.boolean_query([
+            (tantivy.Occur.Must, tantivy.Query.term_query(schema, "type", "event", index_option="basic")),
+            (tantivy.Occur.Must, tantivy.Query.term_query(schema, "agent", agent, index_option="basic")),
+            (tantivy.Occur.Must, tantivy.Query.range_query(schema, "time", tantivy.FieldType.Date, start, end,
+                                                           include_lower=True, include_upper=False))])
+        with self._lock:
+            self._writer.delete_documents_by_query(query)
+            self._pending += 1
 
     def delete_all(self) -> None:
         """Drop every entry (a rebuild starts with this); visible after :meth:`commit`."""

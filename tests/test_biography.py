@@ -450,16 +450,33 @@ def test_parquet_reads_back_with_pyarrow_and_duckdb_through_the_gateway(admin, g
 
 
 def test_retention_drops_old_partitions(admin, gw, root):
+    """Expired days go from reads and from search alike (search once kept finding them)."""
+    from gateway.search_cli import SearchClient
+
     name, agent, _ = new_agent(admin, gw)
-    agent.put_events([{"session": "old", "kind": "note", "ts": "2026-01-02T00:00:00Z"},
-                      {"session": "new", "kind": "note"}])
+    word = f"salaryword{uuid.uuid4().hex[:8]}"
+    agent.put_events([{"session": "old", "kind": "note", "ts": "2026-01-02T00:00:00Z", "content": word},
+                      {"session": "new", "kind": "note", "content": word}])
+    search = SearchClient(admin)
+    assert wait_until(lambda: search.search(word)["count"] == 2)
     root.compact()
     root.set_retention(30, agent=name)
     try:
         root.compact()
         assert [e["session"] for e in all_events(agent)] == ["new"]
+        assert wait_until(lambda: search.search(word)["count"] == 1)
+        assert [h["session"] for h in search.search(word)["hits"]] == ["new"]
     finally:
         root.set_retention(None, agent=name, reset=True)
+
+
+def wait_until(condition, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
 
 
 def test_bad_query_input_is_a_clear_error(admin, gw):

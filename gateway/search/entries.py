@@ -64,6 +64,9 @@ class Sources:
                 return self.memory_change(record.ref)
             if record.doc_type == "skill":
                 return self.skill_change(record.ref)
+            if record.doc_type == "events" and record.op == "delete":
+                agent, _, day = record.ref.partition("/")  # a day retention removed
+                return ("expire", (agent, day)) if agent and day else None
             if record.doc_type == "file":
                 bucket, _, key = record.ref.partition("/")
                 if not key or not is_workspace_bucket(bucket):

@@ -31,7 +31,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..log import Checkpoint, CheckpointConflict, DurableLog, advance
+from ..log import Checkpoint, CheckpointConflict, DocChanged, DurableLog, advance
 from ..log.layout import Positions
 from ..logs import log as event_log
 from ..store.base import INTERNAL_BUCKET, StoreError
@@ -86,6 +86,8 @@ class RunResult:
     deleted: int = 0
     log_removed: int = 0
     conflict: bool = False
+    #: the segments retention removed in this run (for the search index's notices)
+    expired: list[Segment] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {"records": self.records, "log_objects": self.log_objects,
@@ -180,6 +182,7 @@ class Compactor:
             result.conflict = True
             return result
         result.written = [s.key for s in added]
+        self._notice_expired(result.expired, now)
         # past their grace, no reader can still be using them; the manifest no longer names
         # them, so one left behind (a failed delete) is an orphan the sweep removes
         result.deleted = self._delete_quietly([r.key for r in due])
@@ -188,6 +191,18 @@ class Compactor:
         except StoreError as exc:  # collection is retried on the next run
             event_log.warning("log_collect_failed", error=exc.__class__.__name__)
         return result
+
+    def _notice_expired(self, expired: list[Segment], now: float) -> None:
+        """Tell the search index which agents' days retention removed, so their events stop
+        being found too. On the log before the run returns (durably: retention is rare)."""
+        days = sorted({(s.value("agent"), s.value("date")) for s in expired
+                       if s.stream == "bio" and s.value("agent") and s.value("date")})
+        if days:
+            try:
+                self.log.append([DocChanged("events", f"{agent}/{date}", "delete", now)
+                                 for agent, date in days])
+            except StoreError as exc:  # LogUnavailable too; the days are gone anyway: a rebuild catches up
+                event_log.warning("retention_notice_failed", error=exc.__class__.__name__, days=len(days))
 
     def _build(self, manifest: Manifest, batches: dict[str, list], now: float, result: RunResult,
                added: list[Segment]) -> list[Segment]:
@@ -201,7 +216,7 @@ class Compactor:
                 added += new
                 removed += old
         expired = self._expired_by_retention(manifest, now)
-        result.retired_by_retention = len(expired)
+        result.retired_by_retention, result.expired = len(expired), expired
         result.merged = sum(1 for s in removed if s not in expired)
         return removed + expired
 
