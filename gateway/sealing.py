@@ -283,8 +283,10 @@ def _refuse_if_record_lost(inner: ObjectStore) -> None:
                     f"the seal record ({INTERNAL_BUCKET}/{SEAL_RECORD}) is missing, but the data "
                     "holds sealed objects: it was removed or lost, and any plaintext object beside "
                     "them may have been planted. Restore the record from a backup of the bucket; "
-                    f"or, once you have checked every unsealed object is yours, start once with "
-                    f"{ACCEPT_UNSEALED_ENV}=1 to seal them. Nothing was read or written")
+                    f"or, once you have checked every unsealed object is yours (as after a first "
+                    f"start that was sealing data from before sealing existed and was cut short), "
+                    f"start once with {ACCEPT_UNSEALED_ENV}=1 to seal them. Nothing was read or "
+                    "written")
         except NoSuchKey:
             continue
 

@@ -153,6 +153,8 @@ class Exclusion:
     type: str
     pattern: str
     inverted: bool = False
+    #: patterns of resources readable all the same (granted by another Allow): not excluded
+    unless: tuple[str, ...] = ()
 
 
 def regex_literal(text: str) -> str:
@@ -172,7 +174,13 @@ def exclusion_clauses(schema: tantivy.Schema, exclusions: Iterable[Exclusion]) -
             raise QueryError(f"exclusion: {ex.pattern[:80]!r} is not a regex Tantivy reads ({e})") from e
         of_type = tantivy.Query.term_query(schema, "type", ex.type, index_option="basic")
         occur = tantivy.Occur.MustNot if ex.inverted else tantivy.Occur.Must
-        out.append(tantivy.Query.boolean_query([(tantivy.Occur.Must, of_type), (occur, matches)]))
+        parts = [(tantivy.Occur.Must, of_type), (occur, matches)]
+        for pattern in ex.unless:
+            try:
+                parts.append((tantivy.Occur.MustNot, tantivy.Query.regex_query(schema, "resource", pattern)))
+            except ValueError as e:
+                raise QueryError(f"exclusion: {pattern[:80]!r} is not a regex Tantivy reads ({e})") from e
+        out.append(tantivy.Query.boolean_query(parts))
     return out
 
 

@@ -273,6 +273,31 @@ def test_a_commit_the_store_timed_out_on_is_not_tried_again(tmp_path, monkeypatc
         log.close()
 
 
+def test_a_commit_whose_answer_timed_out_but_that_landed_is_acknowledged(tmp_path):
+    """A timeout on a PUT often means the upstream stored it: the writer looks once, and
+    acknowledges rather than telling the client nothing was stored."""
+    from gateway.store.base import StoreTimeout
+
+    inner = LocalStore(tmp_path / "store")
+    inner.create_bucket(INTERNAL_BUCKET)
+
+    class SlowAnswer(FailingStore):
+        def put_object(self, *args, **kwargs):
+            self.inner.put_object(*args, **kwargs)
+            if self.down:
+                raise StoreTimeout("stored, but the answer never came")
+
+    store = SlowAnswer(inner)
+    store.down = True
+    log = DurableLog(store, flush_interval=60).start()
+    try:
+        log.append([bio(1)])
+        records = [r for o in DurableLog(inner).reader.read_pending({}) for r in o.records]
+        assert [r.event["event_id"] for r in records] == ["e1"]
+    finally:
+        log.close()
+
+
 def test_checkpoints_are_compare_and_swap(store):
     log = DurableLog(store)
     one = log.checkpoints.load("biography")

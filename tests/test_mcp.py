@@ -210,6 +210,13 @@ def test_remember_recall_search_and_supersede(connect, agent):
             assert newer["id"] == f"deploy-days-{tag}" and newer["status"] == "active"
             digest = await ok(s, "recall", {})
             assert new_title in digest and title not in digest
+            # revised again and again under one title, with no id given: each gets its own
+            latest = newer["id"]
+            for n in range(2):
+                revised = await ok(s, "remember", {"title": new_title, "body": f"Revision {n}.",
+                                                   "kind": "decision", "supersedes": latest})
+                assert revised["status"] == "active" and revised["id"] != latest
+                latest = revised["id"]
         # the gateway holds what the tools said, with the agent as the author
         old = agent.sdk.get_memory(agent.scope, saved["id"])
         assert old["status"] == "superseded" and old["superseded_by"] == f"deploy-days-{tag}"

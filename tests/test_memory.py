@@ -687,3 +687,14 @@ def test_one_oversized_entry_does_not_empty_the_digest():
               "version": 1, "updated_at": "2026-01-01T00:00:00Z"} for i in range(20)]
     text = digest.render("ag", (), [huge, *small], "2026-01-03T00:00:00Z")
     assert all(f"Fact {i}" in text for i in range(20)) and len(text.encode()) <= digest.MAX_DIGEST
+
+
+def test_times_before_the_year_1000_keep_four_digits_and_order(root):
+    doc = uid("ancient")
+    stored, _ = root.put("org", doc, {"kind": "fact", "title": "Ancient", "body": "old",
+                                      "valid_from": "0999-06-01T00:00:00Z"})
+    assert stored["valid_from"] == "0999-06-01T00:00:00.000000Z"
+    soon = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + 60))
+    assert doc in {d["id"] for d in root.list(scope="org", as_of=soon)}
+    done = root.supersede("org", doc, {"id": uid("modern"), "kind": "fact", "title": "Modern", "body": "new"})
+    assert done["superseded"]["valid_until"] == done["document"]["valid_from"]

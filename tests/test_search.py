@@ -260,6 +260,29 @@ def test_an_allow_that_covers_part_of_a_scope_never_counts_the_rest(gw, admin, r
         assert not any("secret" in h["id"] for h in result["hits"])
 
 
+def test_what_a_not_resource_allow_leaves_out_another_allow_may_grant_back(gw, admin, root):
+    w = word()
+    name = uid("finance")
+    keys = admin.create_agent(name, policies=[])
+    admin.put_policy(f"{name}-grant", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "search:Query", "Resource": "*"},
+        {"Effect": "Allow", "Action": "memory:GetDocument", "NotResource": "arn:orgmem:memory:::org/fin-*"},
+        {"Effect": "Allow", "Action": "memory:GetDocument", "Resource": "arn:orgmem:memory:::org/fin-ok-*"}]})
+    admin.attach_policy(f"{name}-grant", agent=name)
+    memory = MemoryClient(gw.endpoint, gw.access_key, gw.secret_key)
+    for slug in (f"fin-secret-{w}", f"fin-ok-{w}", f"public-{w}"):
+        memory.put("org", slug, {"kind": "fact", "title": f"About {slug}", "body": f"The {w} budget."})
+    wait_for(lambda: root.search(w)["count"] == 3, "every item, for the root")
+    found = searcher(gw, keys["access_key"], keys["secret_key"]).search(w, limit=10)
+    assert found["count"] == 2 and {h["id"] for h in found["hits"]} == {f"fin-ok-{w}", f"public-{w}"}
+    # sandbox credentials narrowed to part of the scope by their session policy count no more
+    sandbox = admin.sandbox_credentials(name, 600, policy_document={"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": ["search:Query", "memory:GetDocument"],
+         "NotResource": "arn:orgmem:memory:::org/public-*"}]})
+    narrowed = searcher(gw, sandbox["access_key"], sandbox["secret_key"]).search(w, limit=0)
+    assert narrowed["count"] == 1
+
+
 # -- hostile input ----------------------------------------------------------------------------------
 
 

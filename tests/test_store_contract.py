@@ -659,6 +659,31 @@ def test_a_key_the_upstream_would_store_as_another_is_refused(store, bkt):
     assert read(store, bkt, "x") == b"original" and read(store, bkt, "p/q") == b"slash"
 
 
+def test_an_upstream_that_refuses_the_start_probes_still_serves(request, monkeypatch, tmp_path):
+    """A bucket policy may forbid multipart uploads or copies to the gateway's probes: the
+    safe answers are taken (backslash keys refused, multipart objects copied by parts)."""
+    from botocore.exceptions import ClientError
+
+    sw = request.getfixturevalue("seaweed")
+    for name, value in sw.env.items():
+        monkeypatch.setenv(name, value)
+    store = S3Store(UPSTREAM_BUCKET, f"probe-{uuid.uuid4().hex[:8]}", sw.endpoint)
+    real = store._call
+
+    def refusing(operation, *args, **kwargs):
+        if operation in ("create_multipart_upload", "put_object"):
+            raise ClientError({"Error": {"Code": "AccessDenied", "Message": "policy"},
+                               "ResponseMetadata": {"HTTPStatusCode": 403}}, operation)
+        return real(operation, *args, **kwargs)
+
+    monkeypatch.setattr(store, "_call", refusing)
+    try:
+        store.learn_quirks()
+        assert store.folds_backslash and not store.copy_keeps_parts
+    finally:
+        store.close()
+
+
 def test_key_encoding_round_trips_and_keeps_byte_order():
     rng = random.Random(4)
     alphabet = "ab/.-!,~ \t\x00é😀0Z_"

@@ -236,6 +236,18 @@ def test_a_keyring_reached_through_a_symlink_is_rotated_in_place(tmp_path):
     assert ring.rotate() == 2
     assert link.is_symlink() and FileKeyring(real).versions() == [1, 2]
     assert sorted(p.name for p in (tmp_path / "link").iterdir()) == ["keyring.json"]
+    # re-pointed (a Kubernetes Secret volume swaps its link): read through the link again
+    import shutil
+
+    shutil.copytree(tmp_path / "real", tmp_path / "next")
+    FileKeyring(tmp_path / "next" / "keyring.json").rotate()
+    link.unlink()
+    link.symlink_to(tmp_path / "next" / "keyring.json")
+    reader = FileKeyring(link, reload_interval=0)
+    assert reader.primary_version() == 3
+    ring._checked = 0  # as if the reload interval had passed
+    wrapped = reader.wrap(DEK, AAD)
+    assert ring.unwrap(wrapped, AAD) == DEK  # the first keyring object follows the link too
 
 
 def test_reload_sees_rotation_by_another_process(tmp_path):

@@ -603,9 +603,7 @@ class FileKeyring:
 
     def __init__(self, path: str | Path, *, forbidden_dir: Path | None = None,
                  reload_interval: float = 1.0) -> None:
-        # the file itself, not a symlink to it: a rotation replaces the file it writes (and
-        # locks its directory), and the keyring backed up is the real one
-        self.path = Path(path).expanduser().resolve()
+        self.path = Path(path).expanduser()
         _refuse_inside(self.path, forbidden_dir)
         self.reload_interval = reload_interval
         self.created = False  # set by create_keyring / provider_from_spec when it made the file
@@ -699,12 +697,16 @@ class FileKeyring:
             return False
 
     def _change(self, mutate: Callable[[_KeyringState], _KeyringState]) -> _KeyringState:
-        with _dir_lock(self.path.parent):
-            current = _load_keyring(self.path)
+        # Written where the file really is: through a symlink, replacing the link itself
+        # would leave the real keyring (the one backed up) without the change. Read, as
+        # ever, through the path given, which a deployment may point elsewhere.
+        real = self.path.resolve()
+        with _dir_lock(real.parent):
+            current = _load_keyring(real)
             if current.kek_id != self._state.kek_id:
                 raise KeyringError(f"the keyring {self.path} now holds another KEK; refusing")
             new = mutate(current)
-            _write_keyring(self.path, new, exclusive=False)
+            _write_keyring(real, new, exclusive=False)
             st = os.stat(self.path)
             new = _KeyringState(new.kek_id, new.primary, new.keys, new.created, new.retired,
                                 _stamp(st))

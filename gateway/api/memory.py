@@ -272,7 +272,7 @@ class MemoryApi:
     def _applying(self, call: Call) -> tuple[str, tuple[str, ...], list[dict]]:
         agent = self._agent(call)
         teams = self._teams(agent)
-        docs = self.memory.for_agent(agent, teams, self._may_read(call))
+        docs = self.memory.for_agent(agent, teams, self._may_read(call, "memory:ListDocuments"))
         return agent, teams, docs
 
     def for_agent(self, call: Call) -> Reply:

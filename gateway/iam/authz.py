@@ -52,12 +52,26 @@ class Authorizer:
             return []
         return self.identities.policy_set(principal).denials(action, context)
 
-    def allowances(self, principal: Principal, action: str, context: Context) -> list[tuple[Glob, bool]]:
-        """The Allows of ``action`` that apply in ``context`` (see ``PolicySet.allowances``);
-        for root, one covering everything."""
+    def covers(self, principal: Principal, action: str, prefix: str, context: Context) -> bool:
+        """Whether the Allows of every policy set that must agree (a sandbox session's too)
+        reach every resource under ``prefix``: by a pattern covering it all, or by NotResource
+        (what that leaves out is for :meth:`narrowings` to take out)."""
         if principal.is_root:
-            return [((None,), False)]
-        return self.identities.policy_set(principal).allowances(action, context)
+            return True
+        return all(any(not_resource or covers_all_under(glob, prefix) for glob, not_resource in allows)
+                   for allows in self.identities.policy_set(principal).allowance_sets(action, context))
+
+    def narrowings(self, principal: Principal, action: str, context: Context
+                   ) -> list[tuple[Glob, list[Glob]]]:
+        """What Allows with NotResource leave out, each with the plain Allows of the same set
+        (which may grant some of it back): ``(pattern, unless)``."""
+        if principal.is_root:
+            return []
+        out = []
+        for allows in self.identities.policy_set(principal).allowance_sets(action, context):
+            plain = [glob for glob, not_resource in allows if not not_resource]
+            out += [(glob, plain) for glob, not_resource in allows if not_resource]
+        return out
 
     def allows_some_under(self, principal: Principal, action: str, prefix: str, context: Context) -> bool:
         """Whether an Allow of ``action`` may reach some resource under ``prefix``: a cheap

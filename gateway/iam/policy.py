@@ -688,6 +688,11 @@ class PolicySet:
         """Like :meth:`denials`, for the Allow statements: what ``action`` may reach at most."""
         return self._patterns(action, context, deny=False)
 
+    def allowance_sets(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
+                       ) -> list[list[tuple[Glob, bool]]]:
+        """The Allows of each policy set that must all allow (one set here)."""
+        return [self.allowances(action, context)]
+
     def _patterns(self, action: str, context: Mapping[str, str | Sequence[str]] | None,
                   deny: bool) -> list[tuple[Glob, bool]]:
         context = context or {}
@@ -748,6 +753,11 @@ class SessionPolicySet:
         if not self.session.allowances(action, context):
             return []
         return self.identity.allowances(action, context)
+
+    def allowance_sets(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
+                       ) -> list[list[tuple[Glob, bool]]]:
+        """The principal's Allows and the session policy's: an action needs both."""
+        return [self.identity.allowances(action, context), self.session.allowances(action, context)]
 
     def evaluate(self, action: str, resource: str,
                  context: Mapping[str, str | Sequence[str]] | None = None) -> Decision:

@@ -250,11 +250,23 @@ class LogWriter:
                 write_object(self.store, layout.BUCKET, key, data, "application/zstd")
                 return encoded_size(data)
             except StoreTimeout:
-                raise  # waited a whole timeout already: a retry would double every waiter's wait
+                # waited a whole timeout already: no second PUT (it would double every waiter's
+                # wait), but the first often landed all the same: look once
+                if self._landed(key, data):
+                    return encoded_size(data)
+                raise
             except StoreError:
                 if attempt == ATTEMPTS - 1:
                     raise
                 time.sleep(BACKOFF * (2 ** attempt))
+
+    def _landed(self, key: str, data: bytes) -> bool:
+        """Whether a PUT whose answer timed out stored this log object after all (its name is
+        this writer's alone, so an object there of this size is it)."""
+        try:
+            return self.store.head_object(layout.BUCKET, key).size == len(data)
+        except StoreError:  # NoSuchKey, or the store still silent: it did not, as far as we know
+            return False
 
     @staticmethod
     def _finish(waiters: list[_Waiter], position: Position | None, error: Exception | None) -> None:

@@ -15,6 +15,7 @@ import asyncio
 import functools
 import hashlib
 import re
+import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable
@@ -204,9 +205,9 @@ def build_server(caller_of: CallerOf) -> StrictServer:
         who = caller(ctx)
         scope = scope or await who.own_scope()
         doc_id = id or slug(title)
-        if supersedes and doc_id == supersedes and not id:
-            # the same title again (a decision revised): the successor needs an id of its own
-            doc_id = f"{doc_id}-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}"  # slugs are <= 100
+        if supersedes and not id:
+            # a revision, often of the same title: an id of its own, whatever came before it
+            doc_id = f"{doc_id}-{time.strftime('%Y%m%d%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
         doc = {k: v for k, v in {"kind": kind, "title": title, "body": body, "tags": tags,
                                  "rationale": rationale, "evidence": evidence}.items() if v is not None}
         if supersedes:

@@ -117,7 +117,10 @@ def check_id(doc_id: str) -> str:
 
 
 def now_text(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """Canonical RFC 3339 text, UTC, microseconds; the year always four digits (strftime's
+    %Y drops the zeros of years before 1000), so canonical texts compare as the times do."""
+    t = datetime.fromtimestamp(ts, UTC)
+    return f"{t.year:04d}-{t:%m-%dT%H:%M:%S.%f}Z"
 
 
 def parse_time(text: Any, field: str = "time") -> float:

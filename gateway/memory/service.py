@@ -319,7 +319,7 @@ class Memory:
         stamp = d.now_text(now)
         prior = cur.doc if cur is not None else {}
         valid_from = f["valid_from"] or prior.get("valid_from") or stamp
-        if f["valid_until"] and f["valid_until"] <= valid_from:  # canonical text compares as time
+        if f["valid_until"] and d.parse_time(f["valid_until"]) <= d.parse_time(valid_from):
             raise DocumentError(f"valid_until: must be later than valid_from ({valid_from}"
                                 f"{'' if f['valid_from'] else ', which defaults to now'}).")
         return {
@@ -618,10 +618,11 @@ def check_imported(doc: dict) -> None:
 def _ended(doc: dict, successor_from: str | None) -> str | None:
     """When a superseded document stops being in force: at its own end or when its successor
     starts, whichever is earlier (never both in force), and never before it began (a
-    successor that starts first leaves it a window of nothing). Times are canonical
-    RFC 3339 text (``now_text``), which compares as the times do."""
+    successor that starts first leaves it a window of nothing). Compared as times: imported
+    documents may keep other spellings of them."""
     ends = [t for t in (doc.get("valid_until"), successor_from) if t]
     if not ends:
         return None
+    end = min(ends, key=d.parse_time)
     began = doc.get("valid_from")
-    return max(min(ends), began) if began else min(ends)
+    return max(end, began, key=d.parse_time) if began else end

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from indexer import Exclusion, regex_literal
 
-from ..iam.authz import Authorizer, Context, covers_all_under
+from ..iam.authz import Authorizer, Context
 from ..iam.identities import IdentityStore
 from ..iam.policy import Glob
 from ..iam.principals import Principal
@@ -158,13 +158,13 @@ class AccessTokens:
         if principal.disabled:
             return Access(frozenset())
         types = self.types(principal, context)
-        denials, allowances = self.authorizer.denials, self.authorizer.allowances
+        denials, narrowings = self.authorizer.denials, self.authorizer.narrowings
         exclusions = [Exclusion(t, glob_regex(glob), not_resource) for t in types
                       for glob, not_resource in denials(principal, READ_ACTIONS[t], context)]
-        # an Allow with NotResource grants its scopes all but what it names: that is taken out
-        exclusions += [Exclusion(t, glob_regex(glob), False) for t in types
-                       for glob, not_resource in allowances(principal, READ_ACTIONS[t], context)
-                       if not_resource]
+        # an Allow with NotResource grants its scopes all but what it names: that is taken out,
+        # unless another Allow of the same policies grants it back (finance's own documents)
+        exclusions += [Exclusion(t, glob_regex(glob), False, tuple(glob_regex(g) for g in unless))
+                       for t in types for glob, unless in narrowings(principal, READ_ACTIONS[t], context)]
         return Access(frozenset(self._tokens(principal, set(types), context)), tuple(exclusions))
 
     def _tokens(self, principal: Principal, types: set[str], context: Context) -> set[str]:
@@ -172,14 +172,10 @@ class AccessTokens:
         ``SCOPE/*`` is not enough: ``org/?`` matches that string, and so does an Allow whose
         NotResource names part of the scope. A scope is granted only when an Allow covers every
         resource in it (or, with NotResource, all but what an exclusion takes out)."""
-        patterns = {kind: self.authorizer.allowances(principal, READ_ACTIONS[kind], context)
-                    for kind in types}
-
         def allows(kind: str, resource: str) -> bool:
-            prefix = resource.removesuffix("*")
-            return (self.authorizer.allows(principal, READ_ACTIONS[kind], resource, context)
-                    and any(not_resource or covers_all_under(glob, prefix)
-                            for glob, not_resource in patterns[kind]))
+            action = READ_ACTIONS[kind]
+            return (self.authorizer.allows(principal, action, resource, context)
+                    and self.authorizer.covers(principal, action, resource.removesuffix("*"), context))
 
         agents = [a["name"] for a in self.identities.list_agents()]
         teams = [t["name"] for t in self.identities.list_teams()]

@@ -75,6 +75,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from ..logs import log
 from .base import (
     BucketAlreadyExists,
     BucketInfo,
@@ -1370,36 +1371,56 @@ class S3Store:
         - Whether a CopyObject of a multipart object keeps its parts (``copy_keeps_parts``):
           where it does, a metadata change or a rewrap is one call."""
         token = secrets.token_hex(8)  # gateways that start together each probe their own name
-        written, folded = f"{self.prefix}_probes/a\\{token}", f"{self.prefix}_probes/a/{token}"
+        self.folds_backslash = self._probed(self._probe_backslash, token, unknown=True)
+        self.copy_keeps_parts = self._probed(self._probe_copy_of_parts, token, unknown=False)
+
+    def _probed(self, probe: Callable[[str, str], bool], token: str, unknown: bool) -> bool:
+        """A probe's answer; when the upstream refuses the probe (a bucket policy, say), the
+        safe one, ``unknown`` (refuse backslash keys, copy multipart objects by parts): the
+        gateway still starts."""
+        for attempt in range(2):  # once more: a passing hiccup should not decide it
+            try:
+                return probe(f"{self.prefix}_probes/", token)
+            except (ClientError, StoreError) as exc:
+                failure = exc
+                if attempt == 0:
+                    _sleep(0)
+        log.warning("upstream_probe_failed", probe=probe.__name__.removeprefix("_probe_"),
+                    error=failure.__class__.__name__, assumed=unknown)
+        return unknown
+
+    def _probe_backslash(self, base: str, token: str) -> bool:
+        """Write ``a\\TOKEN``: can it be read back as ``a/TOKEN``?"""
+        written, folded = f"{base}a\\{token}", f"{base}a/{token}"
         try:
             self._call("put_object", retry=True, Bucket=self.bucket, Key=written, Body=b"")
             try:
                 self._head_call(folded)
-                self.folds_backslash = True
+                return True
             except ClientError as exc:
                 if _status(exc) != 404:
-                    raise self._error(exc) from exc
-        except ClientError as exc:
-            raise self._error(exc) from exc
+                    raise
+                return False
         finally:
             self._delete_quietly(written, folded)
-        self.copy_keeps_parts = self._probe_copy_of_parts(f"{self.prefix}_probes/parts-{token}")
 
-    def _probe_copy_of_parts(self, name: str) -> bool:
+    def _probe_copy_of_parts(self, base: str, token: str) -> bool:
         """Copy a throwaway one-part multipart object onto itself: does it stay multipart?"""
+        name, upload = f"{base}parts-{token}", None
         try:
             upload = self._call("create_multipart_upload", Bucket=self.bucket, Key=name)["UploadId"]
             part = self._call("upload_part", Bucket=self.bucket, Key=name, UploadId=upload,
                               PartNumber=1, Body=b"probe")["ETag"]
             self._call("complete_multipart_upload", Bucket=self.bucket, Key=name, UploadId=upload,
                        MultipartUpload={"Parts": [{"PartNumber": 1, "ETag": part}]})
+            upload = None
             copied = self._call("copy_object", Bucket=self.bucket, Key=name,
                                 CopySource={"Bucket": self.bucket, "Key": name},
                                 MetadataDirective="REPLACE", Metadata={"probe": "1"})
             return _etag_parts(_strip(copied["CopyObjectResult"]["ETag"])) == 1
-        except ClientError as exc:
-            raise self._error(exc) from exc
         finally:
+            if upload is not None:
+                self._abort_quietly(name, upload)
             self._delete_quietly(name)
 
     def close(self) -> None:
