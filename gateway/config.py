@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
+_REGION = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}\Z")
 
 
 @dataclass

@@ -1164,6 +1164,18 @@ def test_object_copy_to_itself(s3, bucket):
     assert status == (400, "InvalidRequest")
 
 
+def test_object_copy_to_itself_changing_encryption_or_storage_class(s3, bucket):
+    """What `aws s3 cp s3://b/k s3://b/k --sse aws:kms` and `rclone settier` send: a copy onto
+    itself that names encryption or a storage class is a change, as on AWS."""
+    s3.put_object(Bucket=bucket, Key="in-place", Body=b"kept", Metadata={"a": "1"})
+    s3.copy_object(Bucket=bucket, Key="in-place", CopySource={"Bucket": bucket, "Key": "in-place"},
+                   ServerSideEncryption="aws:kms")
+    s3.copy_object(Bucket=bucket, Key="in-place", CopySource={"Bucket": bucket, "Key": "in-place"},
+                   StorageClass="STANDARD")
+    got = s3.get_object(Bucket=bucket, Key="in-place")
+    assert got["Body"].read() == b"kept" and got["Metadata"] == {"a": "1"}
+
+
 def test_object_copy_to_itself_with_metadata(s3, bucket):
     """Copying onto itself with MetadataDirective=REPLACE is allowed and replaces the
     metadata, keeping the body (mirrors s3-tests test_object_copy_to_itself_with_metadata)."""

@@ -757,3 +757,14 @@ def test_a_stray_byte_in_a_request_is_audited_and_stops_nothing(gw, admin):
         finally:
             conn.close()
         assert answer.status == 400 and b"InvalidArgument" in body and b"not valid UTF-8" in body
+
+
+def test_names_may_not_end_in_a_newline(admin):
+    """``$`` also matches before a final newline: "root\\n" once passed the name rules (and the
+    reserved names), and so did "eng\\n" and a policy "p\\n"."""
+    for attempt in (lambda: admin.create_agent("root\n"), lambda: admin.create_agent("scout\n"),
+                    lambda: admin.create_team("eng\n"),
+                    lambda: admin.put_policy("p\n", {"Version": "2012-10-17", "Statement": []})):
+        with pytest.raises(AdminError) as refused:
+            attempt()
+        assert refused.value.status in (400, 404)

@@ -273,6 +273,26 @@ def test_json_encoding_with_a_partial_success(gw, agent):
     assert len(all_events(bio)) == 2
 
 
+def test_a_span_the_mapping_cannot_take_is_rejected_alone(gw, agent):
+    """Model output is anything: a tool_calls that is not a list, or JSON nested deeper than
+    the encoder takes, once gave a 500 and lost every span of the batch."""
+    _, bio, bearer = agent
+    good = json_span(SPAN_A, **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                                "gen_ai.conversation.id": "odd", "gen_ai.input.messages": messages("user", "hi")})
+    odd = json_span(SPAN_B, **{"gen_ai.operation.name": "chat", "gen_ai.request.model": "m",
+                               "gen_ai.conversation.id": "odd",
+                               "gen_ai.output.messages": json.dumps([{"role": "assistant", "content": "x",
+                                                                      "tool_calls": 1}])})
+    deep = json_span("cccccccccccccccc", **{"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t",
+                                            "gen_ai.conversation.id": "odd",
+                                            "gen_ai.tool.call.arguments": "[" * 300 + "]" * 300})
+    status, headers, body = post(gw, bearer, json_body(good, odd, deep))
+    assert status == 200, body
+    assert json.loads(body)["partialSuccess"]["rejectedSpans"] == "2"
+    kept = all_events(bio, session="odd")  # the good span's prompt and (empty) response
+    assert kept[0]["content"] == "hi" and all(e["content"] in ("hi", None) for e in kept)
+
+
 def test_a_fully_accepted_protobuf_request_answers_an_empty_response(gw, agent, providers):
     _, bio, bearer = agent
     provider, kept = tracing(providers, InMemorySpanExporter())
@@ -319,8 +339,10 @@ BAD = [
                  "InvalidTraces", "truncated", id="truncated-gzip"),
     pytest.param(b"not gzip at all", "application/json", "gzip", 400, "InvalidTraces",
                  "not valid gzip", id="not-gzip"),
-    pytest.param(gzip.compress(bytes(65 * 1024 * 1024)), "application/x-protobuf", "gzip", 413,
+    pytest.param(gzip.compress(bytes(17 * 1024 * 1024)), "application/x-protobuf", "gzip", 413,
                  "EntityTooLarge", "decompresses to more than", id="gzip-bomb"),
+    pytest.param(gzip.compress(b"") * 100_000, "application/json", "gzip", 400, "InvalidTraces",
+                 "members", id="gzip-members"),
 ]
 
 

@@ -10,6 +10,7 @@ import sqlite3
 import threading
 import uuid
 from pathlib import Path
+from urllib.parse import quote
 
 import boto3
 import pytest
@@ -295,6 +296,12 @@ def test_bad_skills_are_refused_and_nothing_is_stored(gw, root):
                                                                     "description: x\n---\n"))
     assert "1024" in _refused(gw, root, n, _files(n, f"---\nname: {n}\ndescription: {'d' * 1025}\n---\n"))
     assert "Upper" in _refused(gw, root, n, _files(n, "---\nname: Upper\ndescription: x\n---\n"))
+    assert "not valid Unicode" in _refused(gw, root, n, _files(n, f'---\nname: {n}\ndescription: "x\\ud800"\n---\n'))
+    newline = quote(f"{n}\n", safe="")
+    with pytest.raises(AdminError) as err:  # a name may not end in a newline ($ allowed one)
+        root._raw("POST", f"/v1/skills/{newline}/versions", {"scope": "org"},
+                  json.dumps({"files": _files(n, good)}).encode())
+    assert err.value.status == 400
     no_skill_md = [{"path": "scripts/run.sh", "content": base64.b64encode(b"echo").decode()}]
     assert "needs SKILL.md" in _refused(gw, root, n, no_skill_md)
     for bad_path in ("../evil.sh", "scripts/../../evil.sh", "/etc/passwd", "scripts\\x.sh", "a//b"):

@@ -75,8 +75,8 @@ _ENCODING_VERSION = 1
 _MAX_ENCODED = 2048
 _WRAP_DOMAIN = b"orgmem/wrap/v1\x00"
 _KEK_ID_DOMAIN = b"orgmem/kek-id/v1"
-_KEK_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,200}$")
-_B64URL = re.compile(r"^[A-Za-z0-9_-]+$")
+_KEK_ID = re.compile(r"^[A-Za-z0-9._:/@+=-]{1,200}\Z")
+_B64URL = re.compile(r"^[A-Za-z0-9_-]+\Z")
 
 
 # -- wrapped keys ----------------------------------------------------------------------------

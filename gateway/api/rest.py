@@ -34,7 +34,7 @@ from ..s3.sigv4 import AuthError, not_utf8, parse_query
 
 #: REST bodies are small documents (a policy is at most 20 KB).
 MAX_BODY = 1024 * 1024
-_HEX64 = re.compile(r"^[0-9a-f]{64}$")
+_HEX64 = re.compile(r"^[0-9a-f]{64}\Z")
 
 
 class ApiError(Exception):
@@ -139,7 +139,7 @@ class Router:
             max_body: int = MAX_BODY, audit_or_fail: bool = False) -> None:
         """``{name}`` matches one path segment, ``{name:path}`` one or more (slashes included)."""
         pattern = re.sub(r"\{(\w+):path\}", r"(?P<\1>.+)", path)
-        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + "$")
+        regex = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", pattern) + r"\Z")
         self.routes.append(Route(method, regex, operation, action, resource, handler,
                                  method != "GET" if durable is None else durable, also, max_body,
                                  audit_or_fail))

@@ -14,6 +14,7 @@ and OTLP exporters only log the body.
 
 from __future__ import annotations
 
+import threading
 import zlib
 
 from ..biography import otlp
@@ -23,9 +24,14 @@ from .rest import ApiError, Call, Reply, Router
 ARN = "arn:orgmem:bio:::"
 #: Bytes of a request body as sent (413 beyond; checked before the body is read).
 MAX_BODY = 16 * 1024 * 1024
-#: Bytes of a compressed body once decompressed: the OTel exporters' own default
-#: largest request (413 beyond).
-MAX_DECODED = 64 * 1024 * 1024
+#: Bytes of a compressed body once decompressed (413 beyond). Decoding OTLP costs many
+#: times its size in memory (JSON about 30x), so this stays at the body limit: the OTel
+#: exporters' batches (512 spans) are far below it.
+MAX_DECODED = 16 * 1024 * 1024
+#: gzip members in one body: exporters send one; many tiny ones only cost CPU.
+MAX_MEMBERS = 16
+#: Trace requests decoded at once: each may hold several hundred MiB while it is.
+DECODES = threading.BoundedSemaphore(2)
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 _TYPES = {PROTOBUF: PROTOBUF, "application/protobuf": PROTOBUF, JSON: JSON}
@@ -48,8 +54,10 @@ class TracesApi:
         media = _media_type(call.headers.get("content-type"))
         body = _decompressed(call.body, call.headers.get("content-encoding"))
         try:
-            request = otlp.decode_json(body) if media == JSON else otlp.decode_protobuf(body)
-            result = otlp.convert(request, caller=call.principal.name)
+            with DECODES:
+                request = otlp.decode_json(body) if media == JSON else otlp.decode_protobuf(body)
+                result = otlp.convert(request, caller=call.principal.name)
+                del request
         except otlp.OtlpError as exc:
             raise ApiError("InvalidTraces", f"{exc.message}; nothing was stored.") from None
         if result.events:
@@ -87,8 +95,13 @@ def _decompressed(body: bytes, encoding: str | None) -> bytes:
                        "use gzip, deflate or none; nothing was stored.", 415)
     out = bytearray()
     rest = body
+    members = 0
     try:
         while rest:  # gzip allows several members one after another
+            members += 1
+            if members > MAX_MEMBERS:
+                raise ApiError("InvalidTraces", f"The {coding} body has more than {MAX_MEMBERS} members; "
+                               "send one. Nothing was stored.")
             inflater = zlib.decompressobj(wbits)
             out += inflater.decompress(rest, MAX_DECODED + 1 - len(out))
             if len(out) > MAX_DECODED:

@@ -248,10 +248,13 @@ def convert(request: ExportTraceServiceRequest, *, caller: str) -> Conversion:
                       "agent_id": _inherited(span, lineage, "gen_ai.agent.id")}
         try:
             events = [_validated(raw, ts, n, caller) for ts, raw in _map(view)]
-        except _Unconvertible as exc:
+        except Exception as exc:  # noqa: BLE001 - a span the mapping cannot take: rejected alone
+            # (model output and tool arguments are anything: one odd span must not lose its batch)
+            reason = str(exc) if isinstance(exc, _Unconvertible) else \
+                f"its attributes could not be read ({exc.__class__.__name__})"
             result.rejected += 1
             if len(result.reasons) < MAX_REASONS:
-                result.reasons.append(f"span {span.span_id.hex()} ({_shown(span.name)[4:]}): {exc}")
+                result.reasons.append(f"span {span.span_id.hex()} ({_shown(span.name)[4:]}): {reason}")
             continue
         result.converted += 1
         for e in events:

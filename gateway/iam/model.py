@@ -25,9 +25,9 @@ SANDBOX_KEYS_MAX = 100
 EXPIRED_SANDBOX_KEPT = 24 * 3600
 
 #: Agent and team names: they become bucket names (``agent-<name>``) and ARN paths.
-_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,55}[a-z0-9])?$")
+_NAME = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,55}[a-z0-9])?\Z")
 #: Policy names follow AWS's rule for managed policy names.
-_POLICY_NAME = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,128}$")
+_POLICY_NAME = re.compile(r"^[A-Za-z0-9+=,.@_-]{1,128}\Z")
 RESERVED_NAMES = frozenset({"root"})
 
 

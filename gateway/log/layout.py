@@ -17,7 +17,7 @@ BUCKET = INTERNAL_BUCKET
 LOG_PREFIX = "log/"
 CHECKPOINT_PREFIX = "checkpoints/"
 _SEQ_DIGITS = 12
-_KEY = re.compile(r"^log/([A-Za-z0-9_-]+)/(\d{12})$")
+_KEY = re.compile(r"^log/([A-Za-z0-9_-]+)/(\d{12})\Z")
 
 #: How far a consumer has read: writer -> the last sequence number consumed.
 Positions = dict[str, int]

@@ -41,8 +41,8 @@ WRITABLE = frozenset({"id", "kind", "title", "body", "tags", "scope", "applies_t
 SERVER_SET = ("format", "version", "created_at", "created_by", "updated_at", "updated_by",
               "superseded_by")
 
-ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?$")
-TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,63}$")
+ID_RE = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,126}[a-z0-9])?\Z")
+TAG_RE = re.compile(r"^[a-z0-9][a-z0-9._:/-]{0,63}\Z")
 MAX_TITLE = 300
 MAX_TAGS = 50
 MAX_EVIDENCE = 200

@@ -10,6 +10,7 @@ conventional folders are ``scripts/``, ``references/`` and ``assets/``.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from typing import Any
@@ -30,7 +31,7 @@ FIELDS = ("name", "description", "license", "compatibility", "metadata", "allowe
 REQUIRED = ("name", "description")
 #: Lowercase letters, digits and single inner hyphens (the spec's rule; its validator
 #: also refuses ``--``).
-_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*\Z")
 _FRONT = re.compile(r"\A---[ \t]*\r?\n(.*?)(?:\r?\n)?^---[ \t]*(?:\r?\n|\Z)", re.S | re.M)
 _BAD_PATH_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 
@@ -113,6 +114,11 @@ def check_fields(data: Mapping[Any, Any]) -> dict[str, Any]:
             raise SkillError(f"{SKILL_FILE}: metadata must be a mapping of text keys to text values "
                              "(quote numbers and dates).")
         out["metadata"] = dict(metadata)
+    try:  # YAML's "\ud800" escapes make text no JSON writer takes: refuse it before any file is stored
+        json.dumps(out, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise SkillError(f"{SKILL_FILE}: the front matter holds text that is not valid Unicode "
+                         "(a lone surrogate escape).") from None
     return out
 
 

@@ -52,7 +52,7 @@ MAX_VERSION = 999_999
 #: Attempts at taking the next version number while other pushes keep taking it.
 PUBLISH_ATTEMPTS = 50
 MANIFEST_CACHE = 4096
-_VERSION_KEY = re.compile(r"^v(\d{6})\.json$")
+_VERSION_KEY = re.compile(r"^v(\d{6})\.json\Z")
 
 
 class SkillNotFound(LookupError):

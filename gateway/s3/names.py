@@ -12,8 +12,8 @@ RESERVED_BUCKETS = frozenset({"biographies", "memory", "skills"})
 ROUTE_NAMES = frozenset({"health", "ready", "v1", "admin", "mcp", "metrics"})
 MAX_KEY_BYTES = 1024
 
-_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
-_IP = re.compile(r"^\d+\.\d+\.\d+\.\d+$")
+_BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]\Z")
+_IP = re.compile(r"^\d+\.\d+\.\d+\.\d+\Z")
 
 
 def check_bucket_name(name: str) -> None:

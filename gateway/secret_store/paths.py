@@ -23,7 +23,7 @@ from .errors import SecretError
 
 MAX_PATH = 512
 MAX_SEGMENTS = 16
-_SEGMENT = re.compile(r"^[A-Za-z0-9._@=+-]{1,128}$")
+_SEGMENT = re.compile(r"^[A-Za-z0-9._@=+-]{1,128}\Z")
 META_PREFIX = "vault/meta/"
 DATA_PREFIX = "vault/data/"
 _META_SUFFIX = ".json"

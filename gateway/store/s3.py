@@ -129,7 +129,7 @@ DONE_SWEEP_BATCH = 1000
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
 #: Sorts after every key that starts with what it is appended to (as a StartAfter).
 _AFTER_EVERY_KEY = "\U0010ffff"
-_BUCKET_URL = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]$")
+_BUCKET_URL = re.compile(r"^[a-z0-9][a-z0-9._-]{1,61}[a-z0-9]\Z")
 _EMPTY_SHA256 = hashlib.sha256(b"").hexdigest()
 
 

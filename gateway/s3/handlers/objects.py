@@ -209,6 +209,11 @@ def _delete_one(ctx: S3Context, req: Request, key: str, version: str | None,
     return "" if quiet else "<Deleted>" + element("Key", key) + "</Deleted>", True
 
 
+#: Headers that make a copy onto itself a change, as on AWS (`aws s3 cp --sse`, `rclone
+#: settier`): everything is sealed anyway, so such a copy rewraps the object's data key.
+_CHANGES_IN_PLACE = ("x-amz-server-side-encryption", "x-amz-storage-class")
+
+
 def _has_source_conditions(req: Request) -> bool:
     return any(name.startswith("x-amz-copy-source-if-") for name in req.headers)
 
@@ -250,7 +255,8 @@ def _copy_once(ctx: S3Context, req: Request, src_bucket: str, src_key: str,
     """One attempt, pinned to the source version its conditions and checksums came from."""
     source = ctx.store.head_object(src_bucket, src_key)
     check_read(source, req.headers, prefix="x-amz-copy-source-")
-    if (src_bucket, src_key) == (req.bucket, req.key) and directive == "COPY":
+    if (src_bucket, src_key) == (req.bucket, req.key) and directive == "COPY" \
+            and not any(name in req.headers for name in _CHANGES_IN_PLACE):
         raise S3Error("InvalidRequest", "This copy request is illegal because it is trying to copy "
                       "an object to itself without changing the object's metadata, storage class, "
                       "website redirect location or encryption attributes.")
