@@ -570,7 +570,8 @@ def _data(v: object, line: int) -> str:
 
 
 #: A number in exponent form in canonical JSON: how the parser's float for an integer
-#: beyond 64 bits comes out (so does a float the client wrote so, which is then checked).
+#: beyond 64 bits comes out, always with "e+" (so does a float the client wrote so, which is
+#: then checked). The plain "e+" test goes first: the regex alone cost ~7 µs an event.
 _EXPONENT = re.compile(r"\d[eE][+-]?\d")
 
 
@@ -757,7 +758,7 @@ def validate_batch(body: bytes, *, caller: str, now_us: int,
             derived = derived_event_id(id_namespace, line, line_bytes)
             ids = lambda _line, _id=derived: _id  # noqa: E731
         e = validate(raw, line, caller=caller, now_us=now_us + i, default_id=ids)
-        if e.data is not None and not checked_numbers and _EXPONENT.search(e.data):
+        if e.data is not None and not checked_numbers and "e+" in e.data and _EXPONENT.search(e.data):
             _check_data_integers(body, items)  # once per batch, and only then
             checked_numbers = True
         sent = raw.get("event_id")
