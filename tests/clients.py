@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import subprocess
+import time
 import uuid
 from pathlib import Path
 
@@ -111,3 +112,13 @@ def is_etag(value: str, parts: int = 0, quoted: bool = True) -> bool:
     if quoted:
         pattern = f'"{pattern}"'
     return re.fullmatch(pattern, value) is not None
+
+
+def wait_until(condition, timeout: float = 10.0, step: float = 0.05) -> bool:
+    """Call ``condition`` until it is true or ``timeout`` seconds pass; its last answer."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(step)
+    return bool(condition())

@@ -13,6 +13,7 @@ import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from clients import wait_until
 from servers import Gateway
 
 from gateway.admin_client import AdminClient
@@ -59,12 +60,7 @@ def ids(records) -> list[str]:
 
 
 def wait_for(cond, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return cond()
+    return wait_until(cond, timeout, step=0.01)
 
 
 class FailingStore:

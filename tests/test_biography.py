@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError
-from clients import clean_env, run
+from clients import clean_env, run, wait_until
 from rawhttp import error_code, request, sign
 from servers import Gateway
 
@@ -458,25 +458,16 @@ def test_retention_drops_old_partitions(admin, gw, root):
     agent.put_events([{"session": "old", "kind": "note", "ts": "2026-01-02T00:00:00Z", "content": word},
                       {"session": "new", "kind": "note", "content": word}])
     search = SearchClient(admin)
-    assert wait_until(lambda: search.search(word)["count"] == 2)
+    assert wait_until(lambda: search.search(word)["count"] == 2, 20)
     root.compact()
     root.set_retention(30, agent=name)
     try:
         root.compact()
         assert [e["session"] for e in all_events(agent)] == ["new"]
-        assert wait_until(lambda: search.search(word)["count"] == 1)
+        assert wait_until(lambda: search.search(word)["count"] == 1, 20)
         assert [h["session"] for h in search.search(word)["hits"]] == ["new"]
     finally:
         root.set_retention(None, agent=name, reset=True)
-
-
-def wait_until(condition, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.1)
-    return condition()
 
 
 def test_bad_query_input_is_a_clear_error(admin, gw):

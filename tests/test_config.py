@@ -39,6 +39,9 @@ def test_config_file_from_env(tmp_path):
     ('port = "many"\n', "port must be an integer"),
     ("port = 70000\n", "not between 1 and 65535"),
     ('tls_cert = "/c.pem"\n', "must be given together"),
+    ("copy_keepalive = 0\n", "copy_keepalive must be more than 0"),
+    ("copy_keepalive = 301\n", "at most 300 seconds"),
+    ('copy_keepalive = "soon"\n', "copy_keepalive must be a number"),
 ])
 def test_bad_config_file(tmp_path, text, message):
     toml = tmp_path / "bad.toml"

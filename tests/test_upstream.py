@@ -19,6 +19,7 @@ import boto3
 import pytest
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from clients import wait_until
 from servers import BIN, Gateway, Seaweed, free_port
 
 from gateway.config import Config as GatewayConfig
@@ -57,12 +58,7 @@ def ready(gw: Gateway) -> int:
 
 
 def wait_for(condition, timeout: float, step: float = 0.2) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(step)
-    return False
+    return wait_until(condition, timeout, step)
 
 
 # -- verifiable bodies --------------------------------------------------------------

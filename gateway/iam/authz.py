@@ -74,12 +74,13 @@ class Authorizer:
         return out
 
     def allows_some_under(self, principal: Principal, action: str, prefix: str, context: Context) -> bool:
-        """Whether an Allow of ``action`` may reach some resource under ``prefix``: a cheap
-        gate before work whose every item is authorized later (it errs towards yes)."""
+        """Whether the Allows of every policy set that must agree may reach some resource
+        under ``prefix``: a cheap gate before work whose every item is authorized later (it
+        errs towards yes)."""
         if principal.is_root:
             return True
-        allowances = self.identities.policy_set(principal).allowances(action, context)
-        return any(not_resource or _may_match_under(glob, prefix) for glob, not_resource in allowances)
+        return all(any(not_resource or _may_match_under(glob, prefix) for glob, not_resource in allows)
+                   for allows in self.identities.policy_set(principal).allowance_sets(action, context))
 
     def denies_some_under(self, principal: Principal, action: str, prefix: str, context: Context) -> bool:
         """Whether an explicit Deny of ``action`` may cover some resource under ``prefix``."""

@@ -747,13 +747,6 @@ class SessionPolicySet:
                 ) -> list[tuple[Glob, bool]]:
         return self.identity.denials(action, context) + self.session.denials(action, context)
 
-    def allowances(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
-                   ) -> list[tuple[Glob, bool]]:
-        """The principal's own Allows, when the session policy allows the action at all."""
-        if not self.session.allowances(action, context):
-            return []
-        return self.identity.allowances(action, context)
-
     def allowance_sets(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
                        ) -> list[list[tuple[Glob, bool]]]:
         """The principal's Allows and the session policy's: an action needs both."""

@@ -151,8 +151,10 @@ def printable(text: str) -> str:
         text.encode("utf-8")
         return text
     except UnicodeEncodeError:
-        if _escapes_only(text):
-            return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        pass
+    try:  # only surrogate escapes: the bytes the client sent, spelled out
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
@@ -164,11 +166,6 @@ def _printable(value):
     if isinstance(value, list | tuple):
         return [_printable(v) for v in value]
     return value
-
-
-def _escapes_only(text: str) -> bool:
-    """Whether every surrogate in ``text`` is a surrogate escape of one byte (U+DC80..DCFF)."""
-    return all(not 0xD800 <= ord(c) <= 0xDFFF or 0xDC80 <= ord(c) <= 0xDCFF for c in text)
 
 
 def encoded_size(data: bytes) -> int:
