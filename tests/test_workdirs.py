@@ -38,11 +38,16 @@ def test_sweep_removes_only_directories_whose_owner_is_gone(tmp_path, monkeypatc
     os.utime(old_unowned, (past, past))
     unrelated = tmp_path / "something-else"
     unrelated.mkdir()
+    stray_owner = tmp_path / (workdirs.PREFIX + "never-made" + workdirs.OWNER_SUFFIX)
+    stray_owner.write_text(f"{_dead_pid()} 12345")  # killed between owner file and mkdir
+    making_owner = tmp_path / (workdirs.PREFIX + "being-made" + workdirs.OWNER_SUFFIX)
+    making_owner.write_text(workdirs._identity(os.getpid()))
 
     assert workdirs.sweep() == 3
     assert mine.is_dir() and fresh_unowned.is_dir() and unrelated.is_dir()
     assert not orphan.exists() and not reused.exists() and not old_unowned.exists()
     assert not (tmp_path / (orphan.name + workdirs.OWNER_SUFFIX)).exists()
+    assert not stray_owner.exists() and making_owner.exists()
     workdirs.remove(mine)
     assert not mine.exists() and not (tmp_path / (mine.name + workdirs.OWNER_SUFFIX)).exists()
 

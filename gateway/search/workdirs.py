@@ -10,6 +10,7 @@ the directories whose owner is gone. Only directories of this user are touched.
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import tempfile
 import time
@@ -23,10 +24,21 @@ UNOWNED_GRACE = 3600.0
 
 
 def new() -> Path:
-    """A fresh, empty working directory (mode 0700), recorded as this process's."""
-    directory = Path(tempfile.mkdtemp(prefix=PREFIX))
-    _owner_file(directory).write_text(_identity(os.getpid()))
-    return directory
+    """A fresh, empty working directory (mode 0700), recorded as this process's.
+
+    The owner file is written before the directory exists, so a gateway killed at any
+    moment never leaves a directory without an owner (which would wait out the grace)."""
+    root = Path(tempfile.gettempdir())
+    while True:
+        directory = root / (PREFIX + secrets.token_hex(8))
+        try:
+            fd = os.open(_owner_file(directory), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        with os.fdopen(fd, "w") as fh:
+            fh.write(_identity(os.getpid()))
+        os.mkdir(directory, 0o700)
+        return directory
 
 
 def remove(directory: Path) -> None:
@@ -38,7 +50,10 @@ def sweep(root: str | os.PathLike | None = None) -> int:
     """Remove the working directories whose gateway process is gone; how many."""
     removed = 0
     for directory in Path(root or tempfile.gettempdir()).glob(PREFIX + "*"):
-        if directory.name.endswith(OWNER_SUFFIX) or directory.is_symlink() or not directory.is_dir():
+        if directory.name.endswith(OWNER_SUFFIX):
+            _drop_if_stray(directory)
+            continue
+        if directory.is_symlink() or not directory.is_dir():
             continue
         try:
             if directory.stat().st_uid != os.getuid() or not _orphaned(directory):
@@ -48,6 +63,16 @@ def sweep(root: str | os.PathLike | None = None) -> int:
         remove(directory)
         removed += 1
     return removed
+
+
+def _drop_if_stray(owner: Path) -> None:
+    """An owner file whose directory was never made (its gateway killed in between)."""
+    directory = owner.with_name(owner.name[: -len(OWNER_SUFFIX)])
+    try:
+        if not directory.exists() and owner.stat().st_uid == os.getuid() and _orphaned(directory):
+            owner.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _orphaned(directory: Path) -> bool:
