@@ -146,6 +146,9 @@ class SearchIndex:
         self._published: Positions = {}
         self._dirty = False  # committed changes not yet in a snapshot
         self._snapshot: dict[str, Any] = {}  # seq, created, docs of the snapshot this index is at
+        #: the snapshot a writer's index was built on (restored, last published, or the latest
+        #: when a rebuild began): it publishes only while that is still the latest
+        self._base = 0
         self._last_try = self._last_renew = self._last_publish = 0.0
         self._rebuild_requested = False
         #: an apply failed part way since the last commit: add nothing without its delete
@@ -252,6 +255,7 @@ class SearchIndex:
             if "fence" not in restored.checkpoint:  # a snapshot from before fences
                 self._fence_waiting()
             self._snapshot = _about(restored.manifest)
+            self._base = int(restored.manifest["seq"])
             self.stats["started_from"] = self.stats["started_from"] or "snapshot"
             self._last_publish = time.monotonic()
         else:
@@ -484,17 +488,22 @@ class SearchIndex:
         self._fence = {w: s for w, s in self._fence.items() if s > positions.get(w, 0)}
         try:
             checkpoint = {"positions": positions, "fence": dict(self._fence)}
-            manifest = publish(self.blobs, PREFIX, self._dir, checkpoint, local=self._local)
-        except SnapshotConflict:
-            log.warning("index_publish_conflict")
+            manifest = publish(self.blobs, PREFIX, self._dir, checkpoint, local=self._local, base=self._base)
+        except SnapshotConflict as exc:
+            # another writer published since this index's base: it holds the lease now, or
+            # did; step down, and the next take-over restores its snapshot
+            log.warning("index_publish_conflict", detail=str(exc)[:200])
             self._step_down()
             return
+        self._base = int(manifest["seq"])
         self._snapshot = _about(manifest)
         self._local = LocalCopy.of(self._dir, manifest)
         self._published, self._dirty = positions, False
         self._last_publish = time.monotonic()
         self.stats["publishes"] += 1
         for _ in range(3):  # the collection floor: what the newest snapshot covers
+            if int(self._checkpoint.state.get("snapshot") or 0) > manifest["seq"]:
+                break  # a later snapshot (another writer's) set the floor: never move it for ours
             try:
                 self._checkpoint = self.log.checkpoints.save(self._checkpoint, positions,
                                                              {"snapshot": manifest["seq"]})
@@ -528,6 +537,8 @@ class SearchIndex:
         started = time.time()
         counts = {"event": 0, "memory": 0, "skill": 0, "file": 0}
         self.progress = {"state": "running", "phase": "event", "counts": counts, "started": started}
+        newest = latest(self.blobs, PREFIX)  # read from the sources, published over this one
+        self._base = int(newest["seq"]) if newest else 0
         target: Positions = {}
         for writer, seq in self.log.reader.pending({}):
             advance(target, writer, seq)

@@ -238,7 +238,7 @@ def _holds(path: Path, sha256: str, local: LocalCopy | None) -> bool:
 
 
 def publish(store: BlobStore, prefix: str, index_dir: str | os.PathLike, checkpoint: dict[str, Any],
-            attempts: int = 5, local: LocalCopy | None = None) -> dict:
+            attempts: int = 5, local: LocalCopy | None = None, base: int | None = None) -> dict:
     """Publish the last commit of the index in ``index_dir`` as the next snapshot; returns its manifest.
 
     Call it from the writing process between commits. ``checkpoint`` is what the caller
@@ -248,11 +248,16 @@ def publish(store: BlobStore, prefix: str, index_dir: str | os.PathLike, checkpo
     hash for it, else when hashing it gives that hash. (Name and size alone are not
     enough: two writers that diverged from one snapshot write delete files of the same
     name and size with other contents.) Raises :class:`SnapshotConflict` when another
-    publisher took the next number.
+    publisher took the next number, or, given ``base`` (the snapshot this index was restored
+    from or last published, 0 for none), when the latest snapshot is another one: a writer
+    that lost its lease while another restored and went on must not publish over it.
     """
     index_dir = Path(index_dir)
     previous = latest(store, prefix)
     prev_seq = int(previous["seq"]) if previous else 0
+    if base is not None and prev_seq != base:
+        raise SnapshotConflict(f"the latest snapshot under {prefix!r} is {prev_seq}, not {base}, "
+                               "which this index was built on")
     known = {}
     if previous and previous.get("schema") == SCHEMA_VERSION:
         known = {(f["name"], f["size"]): f for f in previous.get("files", [])}

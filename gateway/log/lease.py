@@ -3,9 +3,10 @@
 A lease is one compare-and-swap object ``leases/<job>.json`` naming its holder and
 when it expires. The holder renews it before every run; anyone may take it once it
 has expired, so a dead holder is replaced within ``ttl`` seconds. Correctness never
-rests on the lease (every commit of shared state is itself a compare-and-swap): it
-only keeps replicas from doing the same work twice. Expiry compares wall clocks, so
-replicas should run NTP; a skew shorter than ``ttl`` costs at most duplicated work.
+rests on the lease (every commit of shared state is itself a compare-and-swap, and a
+search index snapshot is published only over the one its index was built on): it only
+keeps replicas from doing the same work twice. Expiry compares wall clocks, so replicas
+should run NTP; a skew shorter than ``ttl`` costs at most duplicated work.
 """
 
 from __future__ import annotations
