@@ -101,13 +101,19 @@ class Gateway:
             if path in ("/health", "/ready") and scope["method"] in ("GET", "HEAD") \
                     and not scope.get("query_string"):
                 await self._probe(path, send)
-            elif is_mcp(scope) and not self._names_bucket(scope):
+            elif is_mcp(scope) and not self._creates_bucket(scope) and not self._names_bucket(scope):
                 await self.mcp(scope, receive, send)
-            elif (path.startswith(ADMIN_PREFIX + "/") or path.startswith(REST_PREFIX) or path == "/metrics") \
-                    and not self._names_bucket(scope):
+            elif (path.startswith(ADMIN_PREFIX + "/") or path.startswith(REST_PREFIX)
+                  or path == "/metrics" and not self._creates_bucket(scope)) and not self._names_bucket(scope):
                 await self.rest(scope, receive, send)
             else:
                 await self.s3(scope, receive, send)
+
+    @staticmethod
+    def _creates_bucket(scope: dict) -> bool:
+        """``PUT /mcp`` or ``PUT /metrics``: a CreateBucket of a reserved name, which the S3
+        layer refuses as such (neither endpoint takes a PUT)."""
+        return scope["method"] == "PUT"
 
     def _names_bucket(self, scope: dict) -> bool:
         """With --domain, BUCKET.domain/metrics is an object key, not the gateway's own path."""

@@ -58,7 +58,8 @@ def test_invalid_bucket_names(s3, name):
     assert name not in [b["Name"] for b in s3.list_buckets()["Buckets"]]
 
 
-@pytest.mark.parametrize("name", ["biographies", "memory", "skills"])
+@pytest.mark.parametrize("name", ["biographies", "memory", "skills", "health", "ready", "admin", "mcp",
+                                  "metrics"])
 def test_reserved_bucket_names(s3, name):
     with pytest.raises(ClientError) as err:
         s3.create_bucket(Bucket=name)
