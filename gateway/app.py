@@ -104,7 +104,8 @@ class Gateway:
             elif is_mcp(scope) and not self._creates_bucket(scope) and not self._names_bucket(scope):
                 await self.mcp(scope, receive, send)
             elif (path.startswith(ADMIN_PREFIX + "/") or path.startswith(REST_PREFIX)
-                  or path == "/metrics" and not self._creates_bucket(scope)) and not self._names_bucket(scope):
+                  or path == "/metrics" and not self._creates_bucket(scope)) \
+                    and not self._names_bucket(scope):
                 await self.rest(scope, receive, send)
             else:
                 await self.s3(scope, receive, send)

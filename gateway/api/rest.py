@@ -202,6 +202,10 @@ class RestApp:
         outcome.status, outcome.bytes_out = reply.status, len(payload)
         if not outcome.recorded:
             self.recorder.record(outcome, time.perf_counter() - started)
+        log.info("request", request_id=outcome.request_id, method=scope["method"], path=scope.get("path"),
+                 op=outcome.operation, status=reply.status, bytes_in=outcome.bytes_in, bytes_out=len(payload),
+                 ms=round((time.perf_counter() - started) * 1000, 2),
+                 principal=getattr(outcome.principal, "name", None), client=outcome.client_ip)
 
     def _authenticate(self, scope: dict, outcome: Outcome):
         raw_path = (scope.get("raw_path") or scope["path"].encode()).decode("latin-1")

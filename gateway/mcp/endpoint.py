@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import orjson
 
 from ..iam.authn import Authenticator
+from ..logs import log
 from ..recorder import Outcome, Recorder
 from ..s3.sigv4 import AuthError
 
@@ -85,7 +86,22 @@ class McpEndpoint:
             await self._refuse(scope, headers, exc, send, started)
             return
         manager = await self._started()
-        await manager.handle_request({**scope, CALLER: credentials}, receive, send)
+        sent = {"status": None, "bytes": 0}
+
+        async def sending(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                sent["status"] = message["status"]
+            elif message["type"] == "http.response.body":
+                sent["bytes"] += len(message.get("body", b""))
+            await send(message)
+
+        try:
+            await manager.handle_request({**scope, CALLER: credentials}, receive, sending)
+        finally:  # its tool calls log their own lines, as the REST requests they make
+            log.info("request", method=scope["method"], path=scope.get("path"), op="McpRequest",
+                     status=sent["status"], bytes_out=sent["bytes"],
+                     ms=round((time.perf_counter() - started) * 1000, 2), principal=credentials.name,
+                     client=credentials.client_ip)
 
     # -- authentication -------------------------------------------------------------
 

@@ -117,7 +117,8 @@ class S3App:
             outcome.error = outcome.error or response.error
             self.recorder.record(outcome, time.perf_counter() - started)
         log.info("request", request_id=request_id, method=scope["method"],
-                 path=scope.get("path"), op=op_name, status=response.status, bytes_out=sent,
+                 path=scope.get("path"), op=op_name, status=response.status, bytes_in=outcome.bytes_in,
+                 bytes_out=sent,
                  ms=round((time.perf_counter() - started) * 1000, 2),
                  principal=getattr(req.principal, "name", None) if req else None,
                  client=scope.get("client", ("", 0))[0])
