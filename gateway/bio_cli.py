@@ -292,8 +292,8 @@ def sessions(agent: str | None, as_json: bool) -> None:
 def _export_format(out: Path) -> str:
     fmt = FORMATS.get(out.suffix.lower())
     if fmt is None:
-        raise _fail(f"--out {str(out)!r}: the file name must end in .parquet or .ndjson (the extension "
-                    "chooses the format)")
+        raise _fail(f"--out {str(out)!r}: the file name must end in .parquet, .ndjson or .jsonl "
+                    "(the extension chooses the format)")
     return fmt
 
 

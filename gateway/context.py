@@ -490,10 +490,11 @@ def _header(agent: str, session: str | None, query: str | None) -> str:
     query must not eat a small budget)."""
     short = f"# Context for {agent}\n"
     parts = [short]
-    if session:
-        parts.append(f"\nSession `{_one_line(session)[:80]}`.")
+    said = [f"Session `{_one_line(session)[:80]}`."] if session else []
     if query:
-        parts.append(f" Query: {_one_line(query)[:120]}")
+        said.append(f"Query: {_one_line(query)[:120]}")
+    if said:
+        parts.append("\n" + " ".join(said))
     full = "".join(parts) + "\n"
     return full if count_tokens(full) <= MIN_BUDGET // 3 else short
 

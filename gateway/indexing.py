@@ -104,6 +104,10 @@ class SearchFailed(Exception):
     """A search killed its worker process or ran out of time (HTTP 503)."""
 
 
+#: What the event phase of a rebuild yields before it reads every event again.
+_READ_AGAIN = object()
+
+
 class _LeaseLost(Exception):
     """The index lease went to another gateway while this one was writing."""
 
@@ -554,6 +558,10 @@ class SearchIndex:
                 self.progress["phase"] = phase
                 batch = []
                 for entry in entries:
+                    if entry is _READ_AGAIN:  # upserts: the index holds each once; count it so
+                        self._writer.upsert(batch)
+                        batch, counts[phase] = [], 0
+                        continue
                     batch.append(entry)
                     if len(batch) >= BATCH:
                         self._writer.upsert(batch)
@@ -595,7 +603,9 @@ class SearchIndex:
         """Every event's entry: the current segments, then the log past them (``tail`` records
         the log objects both cover)."""
         bios = self.biographies
-        for _ in range(5):  # a compaction between reading segments and the tail: read again
+        for attempt in range(5):  # a compaction between reading segments and the tail: read again
+            if attempt:
+                yield _READ_AGAIN
             snapshot = bios.snapshot()
             for writer, seq in snapshot.positions.items():  # what the segments hold
                 advance(tail, writer, seq)

@@ -309,3 +309,12 @@ def test_fitting_never_exceeds_the_budget_whatever_the_text():
         assert used == count_tokens(markdown) <= budget
         kept = [i for s in sections for i in s.kept]
         assert all(i.source in markdown for i in kept)
+
+
+def test_the_header_names_session_and_query_on_their_own_line():
+    from gateway.context import _header
+
+    assert _header("scout", None, "why did the deploy fail") == \
+        "# Context for scout\n\nQuery: why did the deploy fail\n"
+    assert _header("scout", "s1", "q") == "# Context for scout\n\nSession `s1`. Query: q\n"
+    assert _header("scout", None, None) == "# Context for scout\n\n"

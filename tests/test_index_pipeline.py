@@ -179,6 +179,33 @@ def test_events_compacted_during_a_rebuild_are_not_added_again(gw, monkeypatch):
     assert hits(index, "between") == 15 and hits(index, "before") == 10
 
 
+def test_a_rebuild_that_reads_the_events_again_counts_each_once(gw, monkeypatch):
+    """A compaction while the event phase reads makes it read every event again (upserts: the
+    index holds each once); its progress counts each once too."""
+    index = gw.search_index
+    bios = gw.biographies
+    ingest(gw, 10, "before")
+    bios.compact()
+    real_snapshot = bios.snapshot
+    calls = []
+
+    def compacted_after_reading():
+        snapshot = real_snapshot()
+        if not calls:
+            ingest(gw, 15, "between")
+            bios.compact()  # the snapshot just taken is stale: the phase reads again
+        calls.append(1)
+        return snapshot
+
+    monkeypatch.setattr(bios, "snapshot", compacted_after_reading)
+    index.request_rebuild()
+    index.step()
+    monkeypatch.undo()
+    assert len(calls) >= 2
+    assert index.progress["state"] == "done" and index.progress["counts"]["event"] == 25
+    assert hits(index, "between") == 15 and hits(index, "before") == 10
+
+
 def resent(ids: list[str], session: str) -> list[BioRecord]:
     """The records a gateway writes when a client sends ``ids`` back (a re-import)."""
     body = b"\n".join(orjson.dumps({"event_id": i, "session": session, "kind": "note", "content": "again"})
