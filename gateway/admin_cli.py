@@ -56,7 +56,7 @@ def _stop_on_signals() -> None:
 def parse_duration(text: str) -> int:
     """Seconds in ``90s``, ``15m``, ``1h``, ``7d``, ``1h30m`` or a bare number of seconds."""
     value = text.strip().lower()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
         return int(value)
     if not _DURATION.fullmatch(value):
         raise ValueError(f"{text!r} is not a duration like 90s, 15m, 1h or 7d")

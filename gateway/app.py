@@ -295,6 +295,6 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     # search=None would rank the pack's memories and skills by word overlap alone
     packs = ContextPacks(biographies, memory, skills, teams_of(identities), search=search_index)
     context_api.add_routes(router, packs)
-    rest = RestApp(router, authenticator, authorizer, recorder, executor)
+    rest = RestApp(router, authenticator, authorizer, recorder, executor, body_timeout=config.body_timeout)
     return Gateway(config, store, s3, rest, identities, audit, executor, durable_log, biographies,
                    search_index, secrets)

@@ -11,6 +11,13 @@ Three things uvicorn does not do by itself that matter here:
 - Prompt shutdown. An idle keep-alive connection is aborted rather than left
   to the grace period; over TLS it is closed first and aborted two seconds
   later, since closing TLS waits for a close_notify an idle client never sends.
+- Bounds on what a client that sends or reads nothing can hold. uvicorn times out
+  an idle connection only after its first answer, has no limit on a request
+  head's size, none on connections, and waits forever for a client that does not
+  read: here a request head must arrive within ``body_timeout`` seconds (the
+  same bound a request body that stalls has) and fit in ``MAX_HEAD_BYTES`` (431
+  otherwise), connections beyond ``MAX_CONNECTIONS`` are closed at once, and an
+  answer the client has read nothing of for ``body_timeout`` seconds is cut off.
 """
 
 from __future__ import annotations
@@ -27,6 +34,13 @@ from .config import Config
 
 #: Seconds an idle TLS client gets to acknowledge close_notify at shutdown.
 TLS_CLOSE_GRACE = 2.0
+#: The largest request head taken, in bytes (AWS S3 takes 8 KiB of headers; the rest is
+#: room). Counted per socket read, so pipelined bytes of the request before can add one
+#: read's worth.
+MAX_HEAD_BYTES = 128 * 1024
+#: Connections served at once; more are closed as they come (each holds a descriptor, and
+#: the store, the log and the index need theirs).
+MAX_CONNECTIONS = 4096
 
 
 class CoalescingTransport:
@@ -64,11 +78,30 @@ class CoalescingTransport:
         return getattr(self._transport, name)
 
 
-def _protocol_class():
+def _status_response(status: bytes, message: str) -> bytes:
+    body = message.encode()
+    return (b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+
+
+def _protocol_class(stall_timeout: float = 60.0):
+    """The protocol, with ``stall_timeout``: the seconds a request head may take to arrive
+    (from the connection's start for its first request, from its first byte for later
+    ones), and an answer may wait for the client to read."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class GatewayProtocol(HttpToolsProtocol):
+        _refused = False
+        _in_head = True
+        _head_bytes = 0
+        _head_timer: asyncio.TimerHandle | None = None
+        _stall_timer: asyncio.TimerHandle | None = None
+
         def connection_made(self, transport) -> None:
+            if len(self.connections) >= MAX_CONNECTIONS:
+                self._refused = True
+                transport.abort()
+                return
             sock = transport.get_extra_info("socket")
             if sock is not None:
                 try:
@@ -76,6 +109,79 @@ def _protocol_class():
                 except OSError:
                     pass
             super().connection_made(CoalescingTransport(transport))
+            self._arm_head_timer()
+
+        def connection_lost(self, exc) -> None:
+            if self._refused:
+                return
+            self._cancel_timers()
+            super().connection_lost(exc)
+
+        # -- the request head: on time, and bounded ------------------------------
+
+        def data_received(self, data: bytes) -> None:
+            super().data_received(data)
+            if self._in_head and not self.transport.is_closing():
+                self._head_bytes += len(data)
+                if self._head_bytes > MAX_HEAD_BYTES:
+                    self._refuse(b"431 Request Header Fields Too Large",
+                                 f"The request head is larger than {MAX_HEAD_BYTES} bytes.")
+
+        def on_message_begin(self) -> None:
+            super().on_message_begin()
+            self._in_head, self._head_bytes = True, 0
+            self._arm_head_timer()
+
+        def on_headers_complete(self) -> None:
+            self._in_head = False
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            super().on_headers_complete()
+
+        def _arm_head_timer(self) -> None:
+            if self._head_timer is None:
+                self._head_timer = self.loop.call_later(stall_timeout, self._head_too_slow)
+
+        def _head_too_slow(self) -> None:
+            self._head_timer = None
+            if not self._in_head or self.transport.is_closing():
+                return
+            if self._head_bytes:
+                self._refuse(b"408 Request Timeout", f"The request head did not arrive within "
+                                                     f"{stall_timeout:g} seconds.")
+            else:  # nothing asked: nothing to answer
+                self.transport.close()
+
+        def _refuse(self, status: bytes, message: str) -> None:
+            self._in_head = False
+            self.transport.write(_status_response(status, message))
+            self.transport.close()
+
+        # -- answers the client does not read ----------------------------------
+
+        def pause_writing(self) -> None:
+            super().pause_writing()
+            if self._stall_timer is None:
+                self._stall_timer = self.loop.call_later(stall_timeout, self._reader_stalled)
+
+        def resume_writing(self) -> None:
+            super().resume_writing()
+            if self._stall_timer is not None:
+                self._stall_timer.cancel()
+                self._stall_timer = None
+
+        def _reader_stalled(self) -> None:
+            """The client read nothing of the answer for ``stall_timeout`` seconds: cut it off
+            (the handler's next send finds the connection gone and stops)."""
+            self._stall_timer = None
+            self.transport.abort()
+
+        def _cancel_timers(self) -> None:
+            for timer in (self._head_timer, self._stall_timer):
+                if timer is not None:
+                    timer.cancel()
+            self._head_timer = self._stall_timer = None
 
         def shutdown(self) -> None:
             idle = self.cycle is None or self.cycle.response_complete
@@ -143,7 +249,7 @@ def run(app, config: Config) -> None:
     import uvicorn
 
     server_config = uvicorn.Config(
-        app, host=config.host, port=config.port, loop="uvloop", http=_protocol_class(),
+        app, host=config.host, port=config.port, loop="uvloop", http=_protocol_class(config.body_timeout),
         ssl_certfile=config.tls_cert, ssl_keyfile=config.tls_key, log_config=None,
         access_log=False, server_header=False, lifespan="on", timeout_keep_alive=30,
         timeout_graceful_shutdown=30, backlog=2048,

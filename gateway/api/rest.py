@@ -28,7 +28,7 @@ from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, SELF_DECISION, Authori
 from ..iam.principals import Principal
 from ..logs import log
 from ..recorder import Outcome, Recorder
-from ..s3.body import receive_some
+from ..s3.body import receive_some, unsupported_transfer_coding
 from ..s3.errors import from_exception
 from ..s3.sigv4 import AuthError, not_utf8, parse_query
 
@@ -167,7 +167,8 @@ class Router:
 
 class RestApp:
     def __init__(self, router: Router, authenticator: Authenticator, authorizer: Authorizer,
-                 recorder: Recorder, executor: ThreadPoolExecutor) -> None:
+                 recorder: Recorder, executor: ThreadPoolExecutor, body_timeout: float = 60.0) -> None:
+        self.body_timeout = body_timeout
         self.router = router
         self.authenticator = authenticator
         self.authorizer = authorizer
@@ -179,24 +180,31 @@ class RestApp:
         outcome = Outcome(request_id=os.urandom(8).hex().upper(), client_ip=scope.get("client", ("", 0))[0],
                           headers=_headers(scope), raw_query=scope.get("query_string", b"").decode("latin-1"))
         auth = None
+        body_read = False
         try:
+            unsupported_transfer_coding(outcome.headers)
             limit = self.router.body_limit(scope["method"], scope["path"])
             loop = asyncio.get_running_loop()
             if limit > MAX_BODY:
                 # a large body is taken only from a caller whose signature holds (the signed
                 # headers carry the body's hash), so strangers cannot pin megabytes each
                 auth = await loop.run_in_executor(self.executor, self._authenticate, scope, outcome)
-            body, more = await receive_some(receive, limit + 1)
+            body, more = await receive_some(receive, limit + 1, idle=self.body_timeout)
+            body_read = not more
+            outcome.bytes_in = len(body)
             if more or len(body) > limit:
                 raise ApiError("EntityTooLarge", f"Request bodies here are at most {limit} bytes.", 413)
-            outcome.bytes_in = len(body)
             reply = await loop.run_in_executor(self.executor, self._handle, scope, body, outcome, auth)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error
             reply = self._error(exc, outcome)
         payload = reply.payload()
+        # answered before its body was read (refused, too large, too slow): the unread rest,
+        # or the next request of a client that waits for 100-continue, must not be taken
+        # for a request on this connection
+        closing = [] if body_read else [(b"connection", b"close")]
         await send({"type": "http.response.start", "status": reply.status, "headers": [
             (b"content-type", reply.content_type.encode()), (b"content-length", str(len(payload)).encode()),
-            (b"x-amz-request-id", outcome.request_id.encode()), (b"server", b"orgmem"),
+            (b"x-amz-request-id", outcome.request_id.encode()), (b"server", b"orgmem"), *closing,
             *((k.encode("latin-1"), v.encode("latin-1")) for k, v in reply.headers)]})
         await send({"type": "http.response.body", "body": payload})
         outcome.status, outcome.bytes_out = reply.status, len(payload)

@@ -187,7 +187,7 @@ def _int_query(call: Call, name: str, minimum: int) -> int | None:
     text = call.query.get(name)
     if text is None:
         return None
-    if not text.isdigit() or int(text) < minimum or len(text) > 12:
+    if not (text.isascii() and text.isdigit()) or len(text) > 12 or int(text) < minimum:
         raise SecretError("InvalidRequest", f"{name} is a whole number from {minimum}.")
     return int(text)
 
@@ -197,7 +197,7 @@ def _versions_query(call: Call) -> list[int] | None:
     if text is None:
         return None
     parts = text.split(",")
-    if not all(p.isdigit() and len(p) <= 12 and int(p) >= 1 for p in parts):
+    if not all(p.isascii() and p.isdigit() and len(p) <= 12 and int(p) >= 1 for p in parts):
         raise SecretError("InvalidRequest", "versions is a comma-separated list of version numbers.")
     return [int(p) for p in parts]
 

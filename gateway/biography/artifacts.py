@@ -44,7 +44,7 @@ def record_change(bios: Biographies, principal, op_name: str, bucket: str, key: 
     size = None
     if op_name == "PutObject":
         declared = headers.get("x-amz-decoded-content-length") or headers.get("content-length")
-        size = int(declared) if declared and declared.isdigit() else None
+        size = int(declared) if declared and declared.isascii() and declared.isdigit() else None
     source = unquote(headers["x-amz-copy-source"]) if op_name == "CopyObject" else None
     etag = etag or _copy_etag(response.body)
     bios.artifact(principal.name, op, bucket, key, size=size, etag=etag, source=source)

@@ -128,7 +128,7 @@ class McpEndpoint:
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"www-authenticate", b'Bearer realm="orgmem"'), (b"x-amz-request-id", request_id.encode()),
-            (b"server", b"orgmem")]})
+            (b"server", b"orgmem"), (b"connection", b"close")]})  # its body was never read
         await send({"type": "http.response.body", "body": body})
         outcome = Outcome(request_id=request_id, client_ip=(scope.get("client") or ("", 0))[0],
                           headers=headers, operation="McpRequest", status=401, error=exc.code,

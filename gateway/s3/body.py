@@ -21,11 +21,23 @@ from .errors import S3Error
 PULL_SIZE = 1024 * 1024
 
 
-async def receive_some(receive: Callable[[], Awaitable[dict]], limit: int) -> tuple[bytes, bool]:
-    """ASGI body messages until ``limit`` bytes or the end: ``(bytes, more_to_come)``."""
+#: What a client that stops sending its body is told.
+STALLED = ("Your socket connection to the server was not read from or written to within the "
+           "timeout period; nothing was written.")
+
+
+async def receive_some(receive: Callable[[], Awaitable[dict]], limit: float,
+                       idle: float | None = None) -> tuple[bytes, bool]:
+    """ASGI body messages until ``limit`` bytes or the end: ``(bytes, more_to_come)``.
+
+    ``idle``: the seconds the client may send nothing before it is refused (400
+    ``RequestTimeout``); a slow client that keeps sending is not."""
     chunks, size, more = [], 0, True
     while more and size < limit:
-        message = await receive()
+        try:
+            message = await (receive() if idle is None else asyncio.wait_for(receive(), idle))
+        except TimeoutError:
+            raise S3Error("RequestTimeout", STALLED) from None
         if message["type"] == "http.disconnect":
             raise S3Error("IncompleteBody", "The client closed the connection before sending "
                           "the whole body; nothing was written.")
@@ -37,12 +49,28 @@ async def receive_some(receive: Callable[[], Awaitable[dict]], limit: int) -> tu
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), more
 
 
+def unsupported_transfer_coding(headers: dict[str, str]) -> None:
+    """Refuse a body sent with a transfer coding other than chunked (``gzip, chunked``): the
+    HTTP layer undoes only the chunking, and the gzip'd bytes would be stored as the data."""
+    value = headers.get("transfer-encoding")
+    if value is None:
+        return
+    codings = [c.strip().lower() for c in value.split(",") if c.strip()]
+    if codings != ["chunked"]:
+        raise S3Error("NotImplemented", f"Transfer-Encoding {value.strip()!r} is not supported: send the "
+                      "body as is, or chunked.", 501)
+
+
 class BufferedBody:
     """A body that was small enough to receive before the handler ran."""
 
     def __init__(self, data: bytes) -> None:
         self._data = memoryview(data)
         self._pos = 0
+
+    @property
+    def received(self) -> int:
+        return len(self._data)
 
     def read(self, n: int = -1) -> bytes:
         end = len(self._data) if n < 0 else min(len(self._data), self._pos + n)
@@ -60,8 +88,8 @@ class ReceiveReader:
     handed on without being copied into a growing buffer.
     """
 
-    #: Seconds a worker waits for the next bytes of a stalled upload before giving up,
-    #: so a client that stops sending cannot hold a worker thread forever.
+    #: Seconds a stalled upload may send nothing before it is refused, so a client that
+    #: stops sending cannot hold a worker thread forever (a slow one that keeps sending may).
     timeout: float = 60.0
 
     def __init__(self, receive: Callable[[], Awaitable[dict]], loop: asyncio.AbstractEventLoop,
@@ -76,21 +104,14 @@ class ReceiveReader:
         self._received = 0
 
     async def _pull(self) -> bytes:
-        data, self._more = await receive_some(self._receive, PULL_SIZE)
+        data, self._more = await receive_some(self._receive, PULL_SIZE, idle=self.timeout)
         return data
 
     def read(self, n: int = -1) -> bytes:
         if n < 0:
             return self._read_all()
         if not self._pending and self._more:
-            future = asyncio.run_coroutine_threadsafe(self._pull(), self._loop)
-            try:
-                data = future.result(timeout=self.timeout)
-            except concurrent.futures.TimeoutError:
-                future.cancel()
-                raise S3Error("RequestTimeout", "Your socket connection to the server was not "
-                              "read from or written to within the timeout period; nothing was "
-                              "written.") from None
+            data = self._pulled(asyncio.run_coroutine_threadsafe(self._pull(), self._loop))
             self._received += len(data)
             self._pending = memoryview(data)
         if not self._pending:
@@ -99,6 +120,25 @@ class ReceiveReader:
         chunk = self._pending[:n]
         self._pending = self._pending[n:]
         return chunk.obj if len(chunk) == len(chunk.obj) else bytes(chunk)
+
+    def _pulled(self, future: concurrent.futures.Future) -> bytes:
+        """The pull's bytes. The pull gives up on a client that sends nothing for ``timeout``
+        seconds; one that keeps sending, however slowly, is waited for, unless the event
+        loop stopped meanwhile."""
+        while True:
+            try:
+                return future.result(timeout=self.timeout)
+            except concurrent.futures.TimeoutError:
+                if not self._loop.is_running():
+                    future.cancel()
+                    raise S3Error("RequestTimeout", STALLED) from None
+            except concurrent.futures.CancelledError:
+                raise S3Error("RequestTimeout", STALLED) from None
+
+    @property
+    def received(self) -> int:
+        """Bytes that arrived (what a request's ``bytes_in`` counts, not what it declared)."""
+        return self._received
 
     @property
     def complete(self) -> bool:
@@ -237,10 +277,7 @@ def int_header(req, name: str) -> int | None:
     value = req.header(name)
     if value is None:
         return None
-    try:
-        size = int(value)
-    except ValueError:
-        raise S3Error("InvalidArgument", f"The {name} header must be a non-negative integer.") from None
-    if size < 0:
+    value = value.strip()
+    if not (value.isascii() and value.isdigit()) or len(value) > 19:
         raise S3Error("InvalidArgument", f"The {name} header must be a non-negative integer.")
-    return size
+    return int(value)

@@ -22,7 +22,7 @@ from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, Authorizer, denial_mes
 from ..logs import log
 from ..recorder import Outcome, Recorder
 from . import access, keepalive
-from .body import BufferedBody, ReceiveReader, receive_some
+from .body import BufferedBody, ReceiveReader, receive_some, unsupported_transfer_coding
 from .context import S3Context
 from .errors import S3Error, from_exception
 from .handlers.objects import parse_copy_source
@@ -89,7 +89,6 @@ class S3App:
         try:
             req = self._request(scope, request_id)
             outcome.headers, req.outcome = req.headers, outcome
-            outcome.bytes_in = _declared_length(req.headers)
             if req.method in INLINE_METHODS and self.inline_io:
                 # Reads of metadata and small objects cost less than a hop to a thread
                 # (and the GIL hand-off that comes with it); large bodies still stream
@@ -113,6 +112,7 @@ class S3App:
                 response.headers.append(("connection", "close"))  # see ReceiveReader.complete
             sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
         if not outcome.recorded:
+            outcome.bytes_in = getattr(req.body, "received", 0) if req is not None else 0
             outcome.status, outcome.bytes_out = response.status, sent
             outcome.error = outcome.error or response.error
             self.recorder.record(outcome, time.perf_counter() - started)
@@ -163,10 +163,11 @@ class S3App:
     async def _body(self, req: Request, receive, loop) -> object | None:
         if req.method in ("GET", "HEAD", "DELETE"):
             return None
+        unsupported_transfer_coding(req.headers)
         length = req.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) <= SMALL_BODY:
+        if length is not None and length.isascii() and length.isdigit() and int(length) <= SMALL_BODY:
             return BufferedBody(await _receive_all(receive, int(length), self.body_timeout))
-        expected = int(length) if length is not None and length.isdigit() else None
+        expected = int(length) if length is not None and length.isascii() and length.isdigit() else None
         return ReceiveReader(receive, loop, expected, timeout=self.body_timeout)
 
     async def _run(self, req: Request, send) -> tuple[Response, str | None, int | None]:
@@ -318,12 +319,6 @@ def _cheap_write(req: Request) -> bool:
             and "x-amz-copy-source" not in req.headers)
 
 
-def _declared_length(headers: dict[str, str]) -> int:
-    """The body's size as the client declared it (decoded size for aws-chunked bodies)."""
-    value = headers.get("x-amz-decoded-content-length") or headers.get("content-length") or "0"
-    return int(value) if value.isdigit() else 0
-
-
 def _header_bytes(value: str) -> bytes:
     """ASCII as is; anything else (user metadata) in RFC 2047 form, as AWS sends it."""
     if value.isascii():
@@ -349,11 +344,7 @@ async def _wait_disconnect(receive) -> None:
 async def _receive_all(receive, length: int, timeout: float) -> bytes:
     """A small body whole; one that stalls for ``timeout`` seconds is refused (400), so a
     caller cannot hold a request open by sending less than it declared."""
-    try:
-        data, _ = await asyncio.wait_for(receive_some(receive, float("inf")), timeout)
-    except TimeoutError:
-        raise S3Error("RequestTimeout", "Your socket connection to the server was not read from or "
-                      "written to within the timeout period.") from None
+    data, _ = await receive_some(receive, float("inf"), idle=timeout)
     if len(data) < length:
         raise S3Error("IncompleteBody", "You did not provide the number of bytes specified by the "
                       "Content-Length HTTP header.")

@@ -297,7 +297,7 @@ def _unrle(runs: Any) -> list[int]:
 def _etag_parts(etag: str) -> int:
     """How many parts a multipart ETag (``<hex>-N``) names; 0 for any other ETag."""
     count = etag.rpartition("-")[2]
-    return int(count) if "-" in etag and count.isdigit() else 0
+    return int(count) if "-" in etag and count.isascii() and count.isdigit() else 0
 
 
 def _part_list(parts: Sequence[tuple[int, str]]) -> str:

@@ -95,7 +95,7 @@ def identity(bucket: str, key: str, parts: int = 0, upload: bool = False) -> byt
 def parts_in(etag: str) -> int:
     """The part count of a multipart ETag (``<md5>-N``), 0 for a single object."""
     _, dash, count = etag.rpartition("-")
-    return int(count) if dash and count.isdigit() else 0
+    return int(count) if dash and count.isascii() and count.isdigit() else 0
 
 
 def plain_size(sealed_size: int, etag: str) -> int:

@@ -143,7 +143,7 @@ def _check_write(req: Request, size: int | None = None) -> None:
 
 def _declared_size(req: Request) -> int | None:
     value = req.header("x-amz-decoded-content-length") or req.header("content-length")
-    return int(value) if value is not None and value.isdigit() else None
+    return int(value) if value is not None and value.isascii() and value.isdigit() else None
 
 
 def put_object(ctx: S3Context, req: Request) -> Response:

@@ -119,7 +119,7 @@ def _parts_count(info: ObjectInfo) -> int | None:
     if info.part_sizes:
         return len(info.part_sizes)
     count = info.etag.rpartition("-")[2]
-    return int(count) if "-" in info.etag and count.isdigit() else None
+    return int(count) if "-" in info.etag and count.isascii() and count.isdigit() else None
 
 
 def _checksum_mode(req: Request) -> bool:

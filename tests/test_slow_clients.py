@@ -1,0 +1,187 @@
+"""Clients that send or read slowly, or not at all, hold nothing for long.
+
+A gateway with ``--body-timeout 2``: a connection that sends no request, a request head
+trickled in, a head too large, an answer never read, a REST body that stops, and, the
+other way round, an upload that is slow but keeps sending (it must go through).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import time
+
+import pytest
+import rawhttp
+from conftest import make_client
+from servers import Gateway
+
+from gateway.httpserver import MAX_HEAD_BYTES
+
+STALL = 2
+
+
+@pytest.fixture(scope="module")
+def gw(tmp_path_factory):
+    g = Gateway(tmp_path_factory.mktemp("slow") / "data", extra_args=["--body-timeout", str(STALL)]).start()
+    yield g
+    g.stop()
+
+
+def signed(gw, method: str, path: str, body: bytes = b"", headers: dict | None = None) -> bytes:
+    payload = hashlib.sha256(body).hexdigest()
+    h = rawhttp.sign(method, path, {}, {"host": f"127.0.0.1:{gw.port}", **(headers or {})}, payload,
+                     gw.access_key, gw.secret_key)
+    return rawhttp.head(method, path, h)
+
+
+def closed_within(sock: socket.socket, seconds: float) -> tuple[bool, bytes]:
+    """Whether the server closed ``sock`` within ``seconds``, and what it sent before."""
+    sock.settimeout(seconds)
+    got = b""
+    try:
+        while chunk := sock.recv(65536):
+            got += chunk
+    except TimeoutError:
+        return False, got
+    except ConnectionResetError:
+        pass
+    return True, got
+
+
+def test_a_connection_that_sends_nothing_is_closed(gw):
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        closed, got = closed_within(sock, STALL + 5)
+    assert closed and got == b""
+
+
+def test_a_trickled_request_head_is_answered_408_and_closed(gw):
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        sock.settimeout(0.5)
+        got = b""
+        while time.monotonic() - started < STALL + 5:
+            try:
+                sock.sendall(b"x-trickle: 1\r\n")
+            except OSError:
+                break
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except ConnectionResetError:
+                break
+            if not chunk:
+                break
+            got += chunk
+        assert time.monotonic() - started < STALL + 5
+    assert got.startswith(b"HTTP/1.1 408")
+
+
+def test_a_request_head_too_large_is_answered_431(gw):
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        try:
+            sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nx-big: " + b"a" * (MAX_HEAD_BYTES + 1))
+        except OSError:
+            pass
+        closed, got = closed_within(sock, 10)
+    assert closed and got.startswith(b"HTTP/1.1 431")
+
+
+def test_an_answer_never_read_is_cut_off(gw):
+    s3 = make_client(gw)
+    s3.create_bucket(Bucket="unread")
+    size = 48 * 1024 * 1024
+    s3.put_object(Bucket="unread", Key="big", Body=b"\0" * size)
+    sock = socket.create_connection(("127.0.0.1", gw.port))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+    sock.sendall(signed(gw, "GET", "/unread/big"))
+    time.sleep(STALL + 3)  # read nothing meanwhile
+    closed, got = closed_within(sock, 20)
+    sock.close()
+    assert closed and len(got) < size  # cut off, not sent whole
+    assert s3.head_object(Bucket="unread", Key="big")["ContentLength"] == size  # still serving
+
+
+def test_a_slow_upload_that_keeps_sending_is_taken(gw):
+    """The body timeout is for a client that stops, not one that is slow: each pull of the
+    body may take longer than the timeout as long as bytes keep coming."""
+    make_client(gw).create_bucket(Bucket="slow")
+    body = b"s" * (200 * 1024)  # above the size read whole before handling
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(signed(gw, "PUT", "/slow/drip", body, {"content-length": str(len(body))}))
+        step = len(body) // 10
+        for i in range(0, len(body), step):  # ten pieces over about 1.5 x the timeout
+            sock.sendall(body[i:i + step])
+            time.sleep(STALL * 0.3)
+        status, _, answer = rawhttp.read_response(sock, "PUT")
+    assert status == 200, answer
+
+
+def test_an_upload_that_stops_is_refused_with_request_timeout(gw):
+    make_client(gw).create_bucket(Bucket="stops")
+    body = b"t" * (200 * 1024)
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(signed(gw, "PUT", "/stops/k", body, {"content-length": str(len(body))}) + body[:1000])
+        sock.settimeout(STALL + 10)
+        status, _, answer = rawhttp.read_response(sock, "PUT")
+    assert status == 400 and rawhttp.error_code(answer) == "RequestTimeout"
+
+
+def test_a_rest_body_that_stops_is_refused_and_the_connection_closed(gw):
+    bearer = f"Bearer {gw.access_key}:{gw.secret_key}"
+    head = rawhttp.head("PUT", "/v1/vault/secrets/app/x", {"Host": "x", "Authorization": bearer,
+                                                           "Content-Length": "1000"})
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(head + b"only ten b")
+        sock.settimeout(STALL + 10)
+        status, headers, answer = rawhttp.read_response(sock, "PUT")
+    assert status == 400 and b"RequestTimeout" in answer and headers.get("connection") == "close"
+
+
+def test_a_refused_rest_request_waiting_for_100_continue_is_closed(gw):
+    """Answered before its body was read: the connection closes, so the client's next
+    request is never read as this one's body."""
+    head = rawhttp.head("POST", "/v1/events", {"Host": "x", "Content-Length": "1000000",
+                                               "Expect": "100-continue"})
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(head)
+        sock.settimeout(10)
+        status, headers, _ = rawhttp.read_response(sock, "POST")
+    assert status in (401, 403) and headers.get("connection") == "close"
+
+
+@pytest.mark.parametrize("headers", [
+    {"x-amz-decoded-content-length": "\u00b2", "content-length": "0"},
+    {"content-length": "0", "x-amz-decoded-content-length": "\u0663"},
+])
+def test_digits_that_are_not_ascii_are_a_clear_error(gw, headers):
+    head = "PUT /b/k HTTP/1.1\r\nHost: x\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items()) + "\r\n"
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(head.encode())
+        sock.settimeout(10)
+        status, _, _ = rawhttp.read_response(sock, "PUT")
+    assert 400 <= status < 500
+
+
+@pytest.mark.parametrize("query", ["version=%C2%B2", "version=" + "9" * 5000])
+def test_vault_version_numbers_that_are_not_plain_digits_are_400(gw, query):
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(f"{gw.endpoint}/v1/vault/secrets/app/x?{query}",
+                                 headers={"Authorization": f"Bearer {gw.access_key}:{gw.secret_key}"})
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=10)
+    assert err.value.code == 400
+
+
+def test_a_transfer_coding_other_than_chunked_is_refused(gw):
+    make_client(gw).create_bucket(Bucket="coded")
+    head = signed(gw, "PUT", "/coded/k", b"", {"transfer-encoding": "gzip, chunked"})
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(head + b"5\r\nhello\r\n0\r\n\r\n")
+        sock.settimeout(10)
+        status, _, answer = rawhttp.read_response(sock, "PUT")
+    assert status == 501 and rawhttp.error_code(answer) == "NotImplemented"
