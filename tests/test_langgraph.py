@@ -204,6 +204,26 @@ def test_store_search_filters_pages_and_prefixes(store):
     assert store.search((uid("nothing"),)) == []
 
 
+def test_store_namespaces_it_shows_name_the_same_items_again(store, agent, team):
+    """The caller's own namespaces are shown short, but never in a short form that names
+    something else: ("agent", me, "org") is not ("org",), and ("agent", me) is not ()."""
+    me = agent[0]
+    base = uid("shadow")
+    own = [("agent", me, "agent", me, base), ("agent", me, "org", base), ("agent", me),
+           ("agent", me, "team", team, base)]
+    for ns in own:
+        store.put(ns, "k", {"v": "nested", "at": list(ns)})
+    store.put((base,), "k", {"v": "plain"})
+    shown = [i for i in store.search((), limit=100) if i.value.get("v") == "nested"]
+    assert len(shown) == len(own)
+    for item in shown:
+        assert item.namespace and store.get(item.namespace, "k").value == item.value
+    assert () not in store.list_namespaces()
+    victim = next(i for i in shown if i.value["at"] == ["agent", me, "agent", me, base])
+    store.delete(victim.namespace, "k")  # deletes that item, not ("<base>",)'s
+    assert store.get((base,), "k").value == {"v": "plain"}
+
+
 def test_store_query_search_ranks_with_the_index(store):
     base = uid("kb")
     store.put((base, "howto"), "deploy", {"text": "Deploy with the blue green rollout on Fridays"})

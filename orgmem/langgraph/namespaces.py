@@ -119,9 +119,15 @@ def is_absolute(prefix: Namespace) -> bool:
 
 def present(canon: Namespace, me: str, absolute: bool) -> Namespace:
     """How a stored namespace is shown: the caller's own in the short form unless the request
-    spelled out its scope, every other one canonical."""
+    spelled out its scope, every other one canonical.
+
+    The short form is shown only when it names the same item again: not when it would be
+    empty, nor when it starts with a scope's label (``("agent", me, "org")`` shortened to
+    ``("org",)`` would name the org scope, and a get, put or delete through it another item)."""
     if not absolute and canon[:2] == ("agent", me):
-        return canon[2:]
+        short = canon[2:]
+        if short and short[0] not in SCOPE_LABELS:
+            return short
     return canon
 
 
