@@ -533,6 +533,20 @@ def test_saver_keys_hold_any_thread_and_namespace(agent):
         check_odd_keys(saver)
 
 
+def test_saver_keeps_the_last_of_several_special_writes_in_one_call(agent):
+    """A node's interrupts resumed in turn come back as several writes to one special channel
+    in one call; the last is kept, as LangGraph's own savers keep it (they raced)."""
+    with OrgmemSaver(agent[2], prefix=f"{uid('special')}/") as saver:
+        for run in range(3):
+            config = {"configurable": {"thread_id": f"t{run}", "checkpoint_ns": ""}}
+            stored = saver.put(config, empty_checkpoint(), {"source": "loop", "step": 0}, {})
+            saver.put_writes(stored, [("__interrupt__", "first"), ("__interrupt__", "second"),
+                                      ("__interrupt__", "third"), ("out", 1)], "task-1")
+            writes = saver.get_tuple(config).pending_writes
+            assert ("task-1", "__interrupt__", "third") in writes and ("task-1", "out", 1) in writes
+            assert [w for w in writes if w[1] == "__interrupt__"] == [("task-1", "__interrupt__", "third")]
+
+
 def check_odd_keys(saver):
     thread, namespaces = "a/b ~7E:ü", ["", "parent:1|child:2", "~"]
     stored = {}

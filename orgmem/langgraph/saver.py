@@ -271,6 +271,10 @@ class OrgmemSaver(BaseCheckpointSaver[int]):
                                             "value": typed(self.serde.dumps_typed(value))})))
         if not objects:
             return None
+        # several writes to one special channel in one call (a node's interrupts resumed in
+        # turn): the last one is kept, as LangGraph's own savers keep it; sent at once, any
+        # of them could land last
+        objects = list({key: (key, idx, data) for key, idx, data in objects}.values())
         bucket = yield from self._writable()
         # a regular write is kept once (a retried task writes the same again): create-only;
         # special writes (error, interrupt, resume) replace the last one
