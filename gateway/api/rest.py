@@ -28,7 +28,7 @@ from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, SELF_DECISION, Authori
 from ..iam.principals import Principal
 from ..logs import log
 from ..recorder import Outcome, Recorder
-from ..s3.body import receive_some, unsupported_transfer_coding
+from ..s3.body import receive_some, unsupported_transfer_coding, waits_for_continue
 from ..s3.errors import from_exception
 from ..s3.sigv4 import AuthError, not_utf8, parse_query
 
@@ -198,10 +198,11 @@ class RestApp:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error
             reply = self._error(exc, outcome)
         payload = reply.payload()
-        # answered before its body was read (refused, too large, too slow): the unread rest,
-        # or the next request of a client that waits for 100-continue, must not be taken
-        # for a request on this connection
-        closing = [] if body_read else [(b"connection", b"close")]
+        # answered before its body was read: the HTTP layer reads and drops the rest of a
+        # body that comes, but a client waiting for 100-continue sends none (its next request
+        # would be read as this one's body), and one that stalled may never send it
+        closing = [(b"connection", b"close")] if not body_read and (
+            waits_for_continue(outcome.headers) or outcome.error == "RequestTimeout") else []
         await send({"type": "http.response.start", "status": reply.status, "headers": [
             (b"content-type", reply.content_type.encode()), (b"content-length", str(len(payload)).encode()),
             (b"x-amz-request-id", outcome.request_id.encode()), (b"server", b"orgmem"), *closing,

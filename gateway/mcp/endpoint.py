@@ -29,6 +29,7 @@ import orjson
 from ..iam.authn import Authenticator
 from ..logs import log
 from ..recorder import Outcome, Recorder
+from ..s3.body import waits_for_continue
 from ..s3.sigv4 import AuthError
 
 PATHS = ("/mcp", "/mcp/")
@@ -128,7 +129,10 @@ class McpEndpoint:
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"www-authenticate", b'Bearer realm="orgmem"'), (b"x-amz-request-id", request_id.encode()),
-            (b"server", b"orgmem"), (b"connection", b"close")]})  # its body was never read
+            (b"server", b"orgmem"),
+            # its body was never read: one that comes is dropped, but a client waiting for
+            # 100-continue sends none, and its next request would be read as this one's body
+            *([(b"connection", b"close")] if waits_for_continue(headers) else [])]})
         await send({"type": "http.response.body", "body": body})
         outcome = Outcome(request_id=request_id, client_ip=(scope.get("client") or ("", 0))[0],
                           headers=headers, operation="McpRequest", status=401, error=exc.code,

@@ -49,6 +49,11 @@ async def receive_some(receive: Callable[[], Awaitable[dict]], limit: float,
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), more
 
 
+def waits_for_continue(headers: dict[str, str]) -> bool:
+    """Whether the client sends its body only once told to (``Expect: 100-continue``)."""
+    return headers.get("expect", "").strip().lower() == "100-continue"
+
+
 def unsupported_transfer_coding(headers: dict[str, str]) -> None:
     """Refuse a body sent with a transfer coding other than chunked (``gzip, chunked``): the
     HTTP layer undoes only the chunking, and the gzip'd bytes would be stored as the data."""

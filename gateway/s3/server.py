@@ -22,7 +22,7 @@ from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, Authorizer, denial_mes
 from ..logs import log
 from ..recorder import Outcome, Recorder
 from . import access, keepalive
-from .body import BufferedBody, ReceiveReader, receive_some, unsupported_transfer_coding
+from .body import BufferedBody, ReceiveReader, receive_some, unsupported_transfer_coding, waits_for_continue
 from .context import S3Context
 from .errors import S3Error, from_exception
 from .handlers.objects import parse_copy_source
@@ -330,7 +330,7 @@ def _header_bytes(value: str) -> bytes:
 async def _drained(req: Request) -> bool:
     """Whether the unread rest of an answered request's body was read to its end, so the
     answer reaches the client and the connection stays open (see ``ReceiveReader.drain``)."""
-    if req.headers.get("expect", "").strip().lower() == "100-continue":
+    if waits_for_continue(req.headers):
         return False  # the client sends nothing until told to, and we have answered instead
     return await req.body.drain(DRAIN_LIMIT, DRAIN_SECONDS)
 
