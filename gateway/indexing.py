@@ -259,7 +259,8 @@ class SearchIndex:
             if "fence" not in restored.checkpoint:  # a snapshot from before fences
                 self._fence_waiting()
             self._snapshot = _about(restored.manifest)
-            self._base = int(restored.manifest["seq"])
+            # a newer snapshot that could not be restored (damaged) is published over
+            self._base = max(int(restored.manifest["seq"]), restored.newest)
             self.stats["started_from"] = self.stats["started_from"] or "snapshot"
             self._last_publish = time.monotonic()
         else:

@@ -13,6 +13,7 @@ Encryption is the store's business: the gateway passes a sealed store.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
 import json
@@ -324,6 +325,10 @@ class Restored:
     fetched_bytes: int = 0
     linked_files: int = 0
     linked_bytes: int = 0
+    #: the newest snapshot's number when the restore began: the restored one's own, or a
+    #: newer one's that could not be restored (damaged, or of a format this version cannot
+    #: read). A writer publishes over this one, which :func:`publish` then finds latest.
+    newest: int = 0
 
     @property
     def checkpoint(self) -> dict:
@@ -404,13 +409,14 @@ def restore_latest(store: BlobStore, prefix: str, into_dir: str | os.PathLike,
     if not keys:
         return None
     errors = []
+    newest = keys[-1][0]
     for _, key in reversed(keys):
         manifest = _load(store, key)
         if manifest is None:
             continue
         into.mkdir(parents=True, exist_ok=True)
         try:
-            return _restore_one(store, manifest, into, local)
+            return dataclasses.replace(_restore_one(store, manifest, into, local), newest=newest)
         except (SnapshotError, KeyError, TypeError) as e:
             errors.append(f"{key}: {e}")
             shutil.rmtree(into)

@@ -320,3 +320,37 @@ def test_a_snapshot_carries_the_fence_to_the_next_writer(gw, request):
     index._commit()
     index._publish()
     assert latest(index.blobs, "index")["checkpoint"]["fence"] == {mine: index._fence[mine]}
+
+
+def test_a_writer_over_a_damaged_newest_snapshot_publishes_over_it(gw):
+    """The newest snapshot cannot be restored (a file damaged): the writer restores the one
+    before, and then publishes over the damaged one rather than refusing its own base."""
+    from indexer.snapshot import latest
+
+    index = gw.search_index
+    ingest(gw, 5, "first")
+    index._consume()
+    index._commit()
+    index._publish()
+    first = latest(index.blobs, "index")
+    ingest(gw, 5, "second")
+    index._consume()
+    index._commit()
+    index._publish()
+    newest = latest(index.blobs, "index")
+    assert newest["seq"] == first["seq"] + 1
+    old_keys = {f["key"] for f in first["files"]}
+    victim = next(f for f in newest["files"] if f["key"] not in old_keys)
+    index.blobs.put(victim["key"], b"damaged")
+    index._step_down()
+    index._local = None  # as after a restart: nothing to link from, every file is fetched
+    index.step()  # takes over: restores the snapshot before the damaged one
+    assert index.role == "writer" and index._snapshot["seq"] == first["seq"]
+    ingest(gw, 5, "third")
+    for _ in range(3):
+        index._consume()
+        index._commit()
+        index._publish()
+        assert index.role == "writer"
+    assert latest(index.blobs, "index")["seq"] > newest["seq"]
+    assert hits(index, "first") == 5 and hits(index, "second") == 5 and hits(index, "third") == 5
