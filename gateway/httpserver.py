@@ -23,10 +23,13 @@ Three things uvicorn does not do by itself that matter here:
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import gc
 import signal
 import socket
+import struct
 import sys
+import termios
 
 import click
 
@@ -82,6 +85,17 @@ def _status_response(status: bytes, message: str) -> bytes:
     body = message.encode()
     return (b"HTTP/1.1 " + status + b"\r\ncontent-type: text/plain; charset=utf-8\r\n"
             b"content-length: " + str(len(body)).encode() + b"\r\nconnection: close\r\n\r\n" + body)
+
+
+def _send_queue(transport) -> int:
+    """Bytes in the socket's kernel send queue, not yet taken by the peer (0 where unknown)."""
+    sock = transport.get_extra_info("socket")
+    if sock is None:
+        return 0
+    try:
+        return struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0\0\0\0"))[0]
+    except (OSError, ValueError):
+        return 0
 
 
 def _protocol_class(stall_timeout: float = 60.0):
@@ -163,7 +177,7 @@ def _protocol_class(stall_timeout: float = 60.0):
         def pause_writing(self) -> None:
             super().pause_writing()
             if self._stall_timer is None:
-                self._stall_timer = self.loop.call_later(stall_timeout, self._reader_stalled)
+                self._watch_reader(self._unread())
 
         def resume_writing(self) -> None:
             super().resume_writing()
@@ -171,11 +185,25 @@ def _protocol_class(stall_timeout: float = 60.0):
                 self._stall_timer.cancel()
                 self._stall_timer = None
 
-        def _reader_stalled(self) -> None:
-            """The client read nothing of the answer for ``stall_timeout`` seconds: cut it off
-            (the handler's next send finds the connection gone and stops)."""
+        def _watch_reader(self, unread: int) -> None:
+            self._stall_timer = self.loop.call_later(stall_timeout, self._check_reader, unread)
+
+        def _check_reader(self, unread_before: int) -> None:
+            """While the answer waits for the client: one that read some of it since the last
+            look is waited for again; one that read nothing for ``stall_timeout`` seconds is
+            cut off (the handler's next send finds the connection gone and stops)."""
             self._stall_timer = None
-            self.transport.abort()
+            unread = self._unread()
+            if unread < unread_before:
+                self._watch_reader(unread)
+            else:
+                self.transport.abort()
+
+        def _unread(self) -> int:
+            """Bytes of the answer the client has not taken: those waiting in our buffer, and
+            those in the kernel's send queue (a client that reads frees the queue long before
+            the kernel asks for more of the buffer)."""
+            return self.transport.get_write_buffer_size() + _send_queue(self.transport)
 
         def _cancel_timers(self) -> None:
             for timer in (self._head_timer, self._stall_timer):

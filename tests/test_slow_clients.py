@@ -104,6 +104,30 @@ def test_an_answer_never_read_is_cut_off(gw):
     assert s3.head_object(Bucket="unread", Key="big")["ContentLength"] == size  # still serving
 
 
+def test_a_download_read_slowly_but_steadily_is_not_cut_off(gw):
+    """The answer timeout is for a client that reads nothing, not one that reads slowly: here
+    the client reads far less than a send's worth (1 MiB) within the timeout."""
+    s3 = make_client(gw)
+    s3.create_bucket(Bucket="steady")
+    size = 8 * 1024 * 1024  # beyond what the kernel's socket buffers take at once
+    s3.put_object(Bucket="steady", Key="big", Body=b"r" * size)
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 32 * 1024)
+    sock.connect(("127.0.0.1", gw.port))
+    sock.sendall(signed(gw, "GET", "/steady/big"))
+    got = b""
+    sock.settimeout(STALL + 5)
+    while len(got.partition(b"\r\n\r\n")[2]) < size:  # 96 KiB every quarter second: 384 KiB/s
+        chunk = sock.recv(96 * 1024)
+        if not chunk:
+            break
+        got += chunk
+        time.sleep(0.25)
+    sock.close()
+    assert got.startswith(b"HTTP/1.1 200") and got.endswith(b"r" * 1000)
+    assert len(got.partition(b"\r\n\r\n")[2]) == size
+
+
 def test_a_slow_upload_that_keeps_sending_is_taken(gw):
     """The body timeout is for a client that stops, not one that is slow: each pull of the
     body may take longer than the timeout as long as bytes keep coming."""
