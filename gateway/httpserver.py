@@ -38,8 +38,7 @@ from .config import Config
 #: Seconds an idle TLS client gets to acknowledge close_notify at shutdown.
 TLS_CLOSE_GRACE = 2.0
 #: The largest request head taken, in bytes (AWS S3 takes 8 KiB of headers; the rest is
-#: room). Counted per socket read, so pipelined bytes of the request before can add one
-#: read's worth.
+#: room).
 MAX_HEAD_BYTES = 128 * 1024
 #: Connections served at once; more are closed as they come (each holds a descriptor, and
 #: the store, the log and the index need theirs).
@@ -108,6 +107,8 @@ def _protocol_class(stall_timeout: float = 60.0):
         _refused = False
         _in_head = True
         _head_bytes = 0
+        _handed_on = 0
+        _head_starts = 0
         _head_timer: asyncio.TimerHandle | None = None
         _stall_timer: asyncio.TimerHandle | None = None
 
@@ -134,17 +135,40 @@ def _protocol_class(stall_timeout: float = 60.0):
         # -- the request head: on time, and bounded ------------------------------
 
         def data_received(self, data: bytes) -> None:
+            # how much of this read went to requests before the one whose head is being read
+            # (their line, headers and body, as the parser hands them on; chunk framing aside)
+            self._handed_on = self._head_starts = 0
             super().data_received(data)
             if self._in_head and not self.transport.is_closing():
-                self._head_bytes += len(data)
+                self._head_bytes += len(data) - self._head_starts
                 if self._head_bytes > MAX_HEAD_BYTES:
-                    self._refuse(b"431 Request Header Fields Too Large",
-                                 f"The request head is larger than {MAX_HEAD_BYTES} bytes.")
+                    if self._busy():  # answer the requests before first: read no more meanwhile
+                        self.flow.pause_reading()
+                    else:
+                        self._refuse(b"431 Request Header Fields Too Large",
+                                     f"The request head is larger than {MAX_HEAD_BYTES} bytes.")
 
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._in_head, self._head_bytes = True, 0
+            self._head_starts = self._handed_on
             self._arm_head_timer()
+
+        def on_url(self, url: bytes) -> None:
+            self._handed_on += len(url) + 16  # "GET " and " HTTP/1.1\r\n\r\n", about
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._handed_on += len(name) + len(value) + 4  # ": " and "\r\n"
+            super().on_header(name, value)
+
+        def on_body(self, body: bytes) -> None:
+            self._handed_on += len(body)
+            super().on_body(body)
+
+        def _busy(self) -> bool:
+            """Whether a request before the one being read is still being answered."""
+            return (self.cycle is not None and not self.cycle.response_complete) or bool(self.pipeline)
 
         def on_headers_complete(self) -> None:
             self._in_head = False
@@ -160,6 +184,9 @@ def _protocol_class(stall_timeout: float = 60.0):
         def _head_too_slow(self) -> None:
             self._head_timer = None
             if not self._in_head or self.transport.is_closing():
+                return
+            if self._busy():  # we are the slow ones: reading waits on the answers before
+                self._arm_head_timer()
                 return
             if self._head_bytes:
                 self._refuse(b"408 Request Timeout", f"The request head did not arrive within "

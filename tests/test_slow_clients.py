@@ -209,3 +209,35 @@ def test_a_transfer_coding_other_than_chunked_is_refused(gw):
         sock.settimeout(10)
         status, _, answer = rawhttp.read_response(sock, "PUT")
     assert status == 501 and rawhttp.error_code(answer) == "NotImplemented"
+
+
+def test_many_pipelined_requests_are_not_taken_for_one_large_head(gw):
+    """The head cap counts one head's own bytes: a read that holds hundreds of pipelined
+    requests and the start of one more is not one large head."""
+    s3 = make_client(gw)
+    s3.create_bucket(Bucket="piped")
+    s3.put_object(Bucket="piped", Key="k", Body=b"small")
+    get = signed(gw, "GET", "/piped/k")
+    count = 2 * MAX_HEAD_BYTES // len(get)
+    big = b"b" * (8 * 1024 * 1024)  # first, a large upload: reads grow to their largest
+    with socket.create_connection(("127.0.0.1", gw.port)) as sock:
+        sock.sendall(signed(gw, "PUT", "/piped/big", big, {"content-length": str(len(big))}) + big)
+        sock.settimeout(20)
+        assert rawhttp.read_response(sock, "PUT")[0] == 200
+        sock.sendall(get * count + get[:40])
+        time.sleep(0.3)
+        sock.sendall(get[40:])
+        sock.settimeout(20)
+        answers = [_next_answer(stream) for stream in [sock.makefile("rb")] for _ in range(count + 1)]
+    assert [a[0] for a in answers] == [200] * (count + 1) and answers[-1][1] == b"small"
+
+
+def _next_answer(stream) -> tuple[int, bytes]:
+    """One answer from a buffered stream of pipelined answers: (status, body)."""
+    status = int(stream.readline().split()[1])
+    length = 0
+    while (line := stream.readline()) not in (b"\r\n", b""):
+        name, _, value = line.decode("latin-1").partition(":")
+        if name.strip().lower() == "content-length":
+            length = int(value)
+    return status, stream.read(length)
