@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import gc
+import resource
 import signal
 import socket
 import struct
@@ -41,7 +42,8 @@ TLS_CLOSE_GRACE = 2.0
 #: room).
 MAX_HEAD_BYTES = 128 * 1024
 #: Connections served at once; more are closed as they come (each holds a descriptor, and
-#: the store, the log and the index need theirs).
+#: the store, the log and the index need theirs): at most half the descriptors the process
+#: may open, whose soft limit is raised to the hard one at start.
 MAX_CONNECTIONS = 4096
 
 
@@ -97,10 +99,24 @@ def _send_queue(transport) -> int:
         return 0
 
 
-def _protocol_class(stall_timeout: float = 60.0):
+def connection_limit() -> int:
+    """:data:`MAX_CONNECTIONS`, or half the descriptors this process may open if fewer, after
+    raising the soft limit on them to the hard one (1,024 is a common soft default)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+            soft = wanted
+        except (OSError, ValueError):
+            pass
+    return max(16, min(MAX_CONNECTIONS, soft // 2))
+
+
+def _protocol_class(stall_timeout: float = 60.0, max_connections: int = MAX_CONNECTIONS):
     """The protocol, with ``stall_timeout``: the seconds a request head may take to arrive
     (from the connection's start for its first request, from its first byte for later
-    ones), and an answer may wait for the client to read."""
+    ones), and an answer may wait for the client to read; and ``max_connections``."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
     class GatewayProtocol(HttpToolsProtocol):
@@ -113,7 +129,7 @@ def _protocol_class(stall_timeout: float = 60.0):
         _stall_timer: asyncio.TimerHandle | None = None
 
         def connection_made(self, transport) -> None:
-            if len(self.connections) >= MAX_CONNECTIONS:
+            if len(self.connections) >= max_connections:
                 self._refused = True
                 transport.abort()
                 return
@@ -304,7 +320,8 @@ def run(app, config: Config) -> None:
     import uvicorn
 
     server_config = uvicorn.Config(
-        app, host=config.host, port=config.port, loop="uvloop", http=_protocol_class(config.body_timeout),
+        app, host=config.host, port=config.port, loop="uvloop",
+        http=_protocol_class(config.body_timeout, connection_limit()),
         ssl_certfile=config.tls_cert, ssl_keyfile=config.tls_key, log_config=None,
         access_log=False, server_header=False, lifespan="on", timeout_keep_alive=30,
         timeout_graceful_shutdown=30, backlog=2048,

@@ -81,4 +81,9 @@ def test_every_route_logs_one_line_per_request_without_secrets(gateway, s3, buck
     assert put["status"] == 200 and put["bytes_in"] == 12 and put["request_id"]
     search = next(d for d in lines() if d.get("path") == "/v1/search")
     assert search["status"] == 200 and search["op"] and search["principal"] and search["bytes_out"] > 0
+    s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "logged.txt"}]})  # recorded durably
+    assert wait_until(lambda: any(d.get("op") == "DeleteObjects" and d.get("path") == f"/{bucket}"
+                                  for d in lines()))
+    deleted = next(d for d in lines() if d.get("op") == "DeleteObjects" and d.get("path") == f"/{bucket}")
+    assert deleted["bytes_in"] > 0
     assert gateway.secret_key not in gateway.log()

@@ -241,3 +241,40 @@ def _next_answer(stream) -> tuple[int, bytes]:
         if name.strip().lower() == "content-length":
             length = int(value)
     return status, stream.read(length)
+
+
+def test_connections_beyond_the_limit_are_closed_and_the_gateway_keeps_serving(tmp_path):
+    """Under a limit of 256 descriptors the gateway serves at most half as many connections
+    (it raises the soft limit to the hard one first: here both are 256); idle sockets beyond
+    that are closed at once, and the gateway's own files never run out."""
+    from servers import BIN
+
+    g = Gateway(tmp_path / "data", program=["sh", "-c", 'ulimit -n 256 && exec "$0" "$@"', str(BIN / "orgmem")])
+    idle = []
+    try:
+        g.start()
+        for _ in range(200):
+            idle.append(socket.create_connection(("127.0.0.1", g.port)))
+        time.sleep(0.5)
+        closed = 0
+        for sock in idle:
+            sock.settimeout(0.02)
+            try:
+                closed += sock.recv(1) == b""
+            except TimeoutError:
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed >= 200 - 128
+        for sock in idle:
+            sock.close()
+        time.sleep(0.5)
+        s3 = make_client(g)
+        s3.create_bucket(Bucket="still")
+        s3.put_object(Bucket="still", Key="k", Body=b"served")
+        assert s3.get_object(Bucket="still", Key="k")["Body"].read() == b"served"
+        assert "Too many open files" not in g.log() and "log_commit_refused" not in g.log()
+    finally:
+        for sock in idle:
+            sock.close()
+        g.stop()

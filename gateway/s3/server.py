@@ -219,7 +219,7 @@ class S3App:
         if op_name in DURABLE_OPERATIONS:
             outcome = req.outcome
             outcome.status, outcome.error = response.status, response.error
-            outcome.bytes_out = len(response.body)
+            outcome.bytes_in, outcome.bytes_out = getattr(req.body, "received", 0), len(response.body)
             self.recorder.record(outcome, 0.0, durable=True)
         return response, op_name
 
