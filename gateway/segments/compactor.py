@@ -36,6 +36,7 @@ from ..log.layout import Positions
 from ..logs import log as event_log
 from ..store.base import INTERNAL_BUCKET, StoreError
 from .files import SegmentFiles, Stream
+from .lru import SizedLru
 from .manifest import GRACE_SECONDS, KEY_PREFIX, Manifest, Segment
 
 CONSUMER = "compactor"
@@ -57,6 +58,10 @@ SWEEP_EVERY = 50
 RESTAMPED = frozenset({"bio"})
 
 T = TypeVar("T")
+#: Event and audit ids kept in memory from segments already written (about 120 bytes each):
+#: the partitions being written now stay in it, older ones are read again when a late
+#: record for them comes.
+ID_CACHE = 500_000
 
 #: Decides whether a segment has outlived its retention: (segment, now) -> drop it?
 Retention = Callable[[Segment, float], bool]
@@ -109,7 +114,7 @@ class Compactor:
         self.grace = grace
         self.max_records = max_records
         self.max_objects = MAX_OBJECTS
-        self._ids: dict[str, frozenset[str]] = {}  # segment key -> its ids (segments never change)
+        self._ids: SizedLru[str, frozenset[str]] = SizedLru(ID_CACHE)  # segments never change
         self._lock = threading.Lock()
         self._runs = 0
 
@@ -282,14 +287,14 @@ class Compactor:
         segment = Segment(stream.name, partition, name, table.num_rows, len(data),
                           low.as_py(), high.as_py(), now)
         self.files.write(segment.key, data)
-        self._ids[segment.key] = frozenset(table[stream.id_column].to_pylist())
+        self._ids.put(segment.key, frozenset(table[stream.id_column].to_pylist()))
         return segment
 
     def _segment_ids(self, stream: Stream, segment: Segment) -> frozenset[str]:
         ids = self._ids.get(segment.key)
         if ids is None:
             ids = frozenset(self.files.table(segment.key, [stream.id_column])[stream.id_column].to_pylist())
-            self._ids[segment.key] = ids
+            self._ids.put(segment.key, ids)
         return ids
 
     def _neighbours(self, stream: Stream, manifest: Manifest, partition: str) -> list[Segment]:
@@ -300,8 +305,7 @@ class Compactor:
 
     def _forget_gone(self, manifest: Manifest) -> None:
         """Keep the cached ids of current segments only (merged, retired and expired ones go)."""
-        current = {s.key for s in manifest.segments}
-        self._ids = {key: ids for key, ids in self._ids.items() if key in current}
+        self._ids.keep_only({s.key for s in manifest.segments})
 
     def _expired_by_retention(self, manifest: Manifest, now: float) -> list[Segment]:
         if self.retention is None:
@@ -311,7 +315,7 @@ class Compactor:
     def _discard(self, segments: list[Segment]) -> None:
         self._delete_quietly([s.key for s in segments])
         for segment in segments:
-            self._ids.pop(segment.key, None)
+            self._ids.pop(segment.key)
 
     def _delete_quietly(self, keys: list[str]) -> int:
         """Delete segment files no manifest names; one that fails stays an orphan for the sweep."""
