@@ -246,6 +246,9 @@ class SearchIndex:
             log.error("index_restore_failed", detail=str(exc)[:300])
             workdirs.remove(directory)
             directory, restored = self._new_dir(), None
+        except BaseException:  # the store failed part way: no plaintext copy is left behind
+            workdirs.remove(directory)
+            raise
         writer = IndexWriter(directory, heap_size=WRITER_HEAP, num_threads=2)
         self._swap(directory, IndexSearcher(writer.index), writer, restored and restored.manifest)
         self._checkpoint = self.log.checkpoints.load(CONSUMER)
@@ -312,9 +315,11 @@ class SearchIndex:
         directory = self._new_dir()
         try:
             restored = self._restore(directory)
-        except SnapshotError as exc:
-            log.warning("index_follow_failed", detail=str(exc)[:300])
+        except BaseException as exc:  # damaged, or the store failed part way: drop the copy
             workdirs.remove(directory)
+            if not isinstance(exc, SnapshotError):
+                raise
+            log.warning("index_follow_failed", detail=str(exc)[:300])
             return
         if restored is None:  # every snapshot was collected meanwhile: keep what we serve
             workdirs.remove(directory)

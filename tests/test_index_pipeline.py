@@ -354,3 +354,36 @@ def test_a_writer_over_a_damaged_newest_snapshot_publishes_over_it(gw):
         assert index.role == "writer"
     assert latest(index.blobs, "index")["seq"] > newest["seq"]
     assert hits(index, "first") == 5 and hits(index, "second") == 5 and hits(index, "third") == 5
+
+
+def test_a_restore_the_store_cuts_short_leaves_no_working_copy(gw, monkeypatch):
+    """A follower's or a new writer's restore that fails part way (the store gone) removes
+    its half-made plaintext copy of the index at once: the owner is alive, so no sweep would."""
+    from gateway.search import workdirs
+
+    index = gw.search_index
+    ingest(gw, 3, "restored")
+    index._consume()
+    index._commit()
+    index._publish()
+    made = []
+    real_new = index._new_dir
+
+    def new_dir():
+        made.append(real_new())
+        return made[-1]
+
+    def cut_short(directory):
+        (directory / "meta.json").write_text("{}")  # part of a copy, then the store fails
+        raise StoreUnavailable("the store went away")
+
+    monkeypatch.setattr(index, "_new_dir", new_dir)
+    monkeypatch.setattr(index, "_restore", cut_short)
+    index._snapshot = {}
+    with pytest.raises(StoreUnavailable):
+        index._follow()
+    index._step_down()
+    with pytest.raises(StoreUnavailable):
+        index._take_over()
+    assert len(made) == 2 and not any(d.exists() for d in made)
+    assert all(d.name.startswith(workdirs.PREFIX) for d in made)
