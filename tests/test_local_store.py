@@ -163,3 +163,25 @@ def test_part_uploaded_during_complete_is_not_orphaned(store, tmp_path):
     assert not isinstance(outcome[0], Exception)
     part_files = [f for f in (tmp_path / "store" / "parts").rglob("*") if f.is_file()]
     assert len(part_files) == 1  # only the chosen part, now the object's data
+
+
+def test_connections_of_threads_that_ended_are_closed(tmp_path):
+    """Short-lived thread pools (log reads, collection) each open a connection per thread;
+    those of ended threads are closed when the next one opens, so descriptors do not pile up."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    store = LocalStore(tmp_path / "data")
+    try:
+        store.create_bucket("b")
+
+        def open_files() -> int:
+            return sum(1 for fd in os.listdir("/proc/self/fd")
+                       if os.path.realpath(f"/proc/self/fd/{fd}").startswith(str(tmp_path / "data" / "index.db")))
+
+        for _ in range(10):
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda _: store.list_buckets(), range(8)))
+        assert open_files() <= 3 * 9  # at most the last pool's eight and ours, each db, wal and shm
+    finally:
+        store.close()

@@ -192,6 +192,8 @@ class LocalStore:
         for sub in ("objects", "parts", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True, mode=0o700)
         self._local = threading.local()
+        self._conns: list[tuple[threading.Thread, sqlite3.Connection]] = []  # each thread's own
+        self._conns_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._lock_owner()
         self._db().executescript(_SCHEMA)
@@ -211,6 +213,9 @@ class LocalStore:
             raise StoreUnavailable(f"{self.root} is in use by another orgmem process") from None
 
     def _db(self) -> sqlite3.Connection:
+        """This thread's connection. Those of threads that have ended are closed here: a
+        short-lived pool's threads each opened one, and a connection dropped with its thread
+        kept its file descriptors open."""
         db = getattr(self._local, "db", None)
         if db is None:
             db = sqlite3.connect(self.root / "index.db", isolation_level=None,
@@ -219,7 +224,17 @@ class LocalStore:
             db.execute("PRAGMA synchronous=FULL")
             db.execute("PRAGMA cache_size=-65536")
             self._local.db = db
+            with self._conns_lock:
+                self._close_orphans()
+                self._conns.append((threading.current_thread(), db))
         return db
+
+    def _close_orphans(self) -> None:
+        """Close the connections of threads that have ended (under ``_conns_lock``)."""
+        for thread, conn in self._conns:
+            if not thread.is_alive():
+                conn.close()
+        self._conns = [(t, c) for t, c in self._conns if t.is_alive()]
 
     class _Txn:
         def __init__(self, store: LocalStore) -> None:
@@ -739,6 +754,9 @@ class LocalStore:
         if db is not None:
             db.close()
             self._local.db = None
+        with self._conns_lock:
+            self._close_orphans()
+            self._conns = [(t, c) for t, c in self._conns if c is not db]
         self._lockfile.close()
 
 
