@@ -125,6 +125,8 @@ BACKOFF = 0.1
 DONE_GRACE = 3600.0
 #: Completion records looked at by one upkeep pass.
 DONE_SWEEP_BATCH = 1000
+#: How long one sweep goes on taking batches while they find records to delete.
+DONE_SWEEP_SECONDS = 60.0
 
 _UPLOAD_ID = re.compile(r"[0-9a-f]{32}")
 #: Sorts after every key that starts with what it is appended to (as a StartAfter).
@@ -1303,44 +1305,69 @@ class S3Store:
             params["UploadIdMarker"] = response.get("NextUploadIdMarker", "")
             if not params["KeyMarker"]:
                 break
+        self._sweep_parts()
         self._sweep_done()
         return expired
 
+    def _sweep_parts(self) -> None:
+        """Delete part records of uploads that no longer exist, older than DONE_GRACE: a
+        Complete or Abort clears them, but one the upstream refused just then left them."""
+        live = {upload_id for _, _, upload_id, _ in self._upload_names(f"{self.prefix}_uploads/")}
+        root = f"{self.prefix}_parts/"
+        cutoff = time.time() - DONE_GRACE
+        stale: dict[str, bool] = {}
+        for item in self._names(root):
+            upload_id = item["Key"][len(root):].partition("/")[0]
+            if upload_id not in live:
+                stale[upload_id] = stale.get(upload_id, True) and item["LastModified"].timestamp() < cutoff
+        for upload_id, old in stale.items():
+            if old and upload_id not in live:
+                self._clear_parts(upload_id)
+
     def _sweep_done(self) -> None:
-        """Delete completion records whose object is gone or was replaced, a batch per
-        call (resuming where the last one stopped), never one younger than DONE_GRACE."""
+        """Delete completion records whose object is gone or was replaced, never one younger
+        than DONE_GRACE: a batch at a time, resuming where the last one stopped, and another
+        batch while the last one found any to delete (within DONE_SWEEP_SECONDS), so a
+        workload that replaces many multipart objects does not outgrow the sweep."""
         if not self._sweep_lock.acquire(blocking=False):
             return
         try:
-            root = f"{self.prefix}_done/"
-            seen = 0
-            cutoff = time.time() - DONE_GRACE
-            last = ""
-            for response in self._list(root, self._sweep_after):
-                for item in response.get("Contents", ()):
-                    last = item["Key"]
-                    seen += 1
-                    if item["LastModified"].timestamp() < cutoff:
-                        self._collect_done(root, item["Key"])
-                    if seen >= DONE_SWEEP_BATCH:
-                        self._sweep_after = last
-                        return
-            self._sweep_after = ""
+            deadline = time.monotonic() + DONE_SWEEP_SECONDS
+            while self._sweep_done_batch() and time.monotonic() < deadline and self._sweep_after:
+                pass
         finally:
             self._sweep_lock.release()
 
-    def _collect_done(self, root: str, name: str) -> None:
+    def _sweep_done_batch(self) -> int:
+        """One batch of :meth:`_sweep_done`; how many records it deleted."""
+        root = f"{self.prefix}_done/"
+        seen = deleted = 0
+        cutoff = time.time() - DONE_GRACE
+        for response in self._list(root, self._sweep_after):
+            for item in response.get("Contents", ()):
+                seen += 1
+                if item["LastModified"].timestamp() < cutoff:
+                    deleted += self._collect_done(root, item["Key"])
+                if seen >= DONE_SWEEP_BATCH:
+                    self._sweep_after = item["Key"]
+                    return deleted
+        self._sweep_after = ""
+        return deleted
+
+    def _collect_done(self, root: str, name: str) -> bool:
         bucket, _, rest = name[len(root):].partition("/")
         encoded, bang, record = rest.rpartition("!")
         key = decode_key(encoded) if bang else None
         if key is None:
-            return
+            return False
         try:
             current = self._head(bucket, key)
         except (NoSuchKey, NoSuchBucket):
             current = None
         if current is None or current.record != record:
             self._delete_quietly(name)
+            return True
+        return False
 
     def count_uploads(self) -> int:
         """Uploads in progress in every bucket (user and internal), for the metrics."""
