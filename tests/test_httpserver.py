@@ -79,6 +79,8 @@ def test_every_route_logs_one_line_per_request_without_secrets(gateway, s3, buck
                                                     "/admin/v1/principals", "/mcp")))
     put = next(d for d in lines() if d.get("path") == f"/{bucket}/logged.txt" and d["method"] == "PUT")
     assert put["status"] == 200 and put["bytes_in"] == 12 and put["request_id"]
+    mcp = next(d for d in lines() if d.get("path") == "/mcp")
+    assert mcp["request_id"] and mcp["bytes_in"] > 0 and mcp["op"] == "McpRequest"
     search = next(d for d in lines() if d.get("path") == "/v1/search")
     assert search["status"] == 200 and search["op"] and search["principal"] and search["bytes_out"] > 0
     s3.delete_objects(Bucket=bucket, Delete={"Objects": [{"Key": "logged.txt"}]})  # recorded durably

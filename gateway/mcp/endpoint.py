@@ -87,22 +87,30 @@ class McpEndpoint:
             await self._refuse(scope, headers, exc, send, started)
             return
         manager = await self._started()
-        sent = {"status": None, "bytes": 0}
+        request_id = os.urandom(8).hex().upper()
+        counted = {"status": None, "in": 0, "out": 0}
+
+        async def receiving() -> dict:
+            message = await receive()
+            counted["in"] += len(message.get("body", b""))
+            return message
 
         async def sending(message: dict) -> None:
             if message["type"] == "http.response.start":
-                sent["status"] = message["status"]
+                counted["status"] = message["status"]
+                message = {**message, "headers": [*message.get("headers", []),
+                                                  (b"x-amz-request-id", request_id.encode())]}
             elif message["type"] == "http.response.body":
-                sent["bytes"] += len(message.get("body", b""))
+                counted["out"] += len(message.get("body", b""))
             await send(message)
 
         try:
-            await manager.handle_request({**scope, CALLER: credentials}, receive, sending)
+            await manager.handle_request({**scope, CALLER: credentials}, receiving, sending)
         finally:  # its tool calls log their own lines, as the REST requests they make
-            log.info("request", method=scope["method"], path=scope.get("path"), op="McpRequest",
-                     status=sent["status"], bytes_out=sent["bytes"],
-                     ms=round((time.perf_counter() - started) * 1000, 2), principal=credentials.name,
-                     client=credentials.client_ip)
+            log.info("request", request_id=request_id, method=scope["method"], path=scope.get("path"),
+                     op="McpRequest", status=counted["status"], bytes_in=counted["in"],
+                     bytes_out=counted["out"], ms=round((time.perf_counter() - started) * 1000, 2),
+                     principal=credentials.name, client=credentials.client_ip)
 
     # -- authentication -------------------------------------------------------------
 
