@@ -203,6 +203,38 @@ def test_tampering_is_detected_never_served(gw, s3):
         s3.get_object(Bucket="sealed", Key="t/flip", Range="bytes=0-99")
 
 
+def test_damage_found_mid_answer_cuts_it_off_and_is_still_logged_and_audited(gw, s3):
+    """A large object damaged past its first megabyte is found out while its answer streams:
+    the connection is cut (never wrong bytes), and the request still has its log line."""
+    from clients import wait_until
+
+    body = os.urandom(2 * 1024 * 1024)
+    s3.put_object(Bucket="sealed", Key="t/late", Body=body)
+    gw.stop()
+    try:
+        (late,), _ = _stored_files(gw.data, "t/late")
+        raw = bytearray(late.read_bytes())
+        raw[1_600_000] ^= 0x01
+        late.write_bytes(bytes(raw))
+    finally:
+        gw.start()
+    _expect_refusal(s3, "t/late")
+
+    def logged() -> list[dict]:
+        found = []
+        for line in gw.log().splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if doc.get("event") == "request" and doc.get("path") == "/sealed/t/late" and doc.get("method") == "GET":
+                found.append(doc)
+        return found
+
+    assert wait_until(lambda: logged())
+    assert '"event":"response_failed"' in gw.log()
+
+
 # -- the KEK at start ----------------------------------------------------------------------------------
 
 

@@ -110,7 +110,12 @@ class S3App:
             if req is not None and isinstance(req.body, ReceiveReader) and not req.body.complete \
                     and not await _drained(req):
                 response.headers.append(("connection", "close"))  # see ReceiveReader.complete
-            sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
+            try:
+                sent = await self._send(response, send, receive, loop, scope["method"] == "HEAD")
+            except Exception as exc:  # noqa: BLE001 - the answer began: the connection is closed
+                # (the body is cut short); the request is still logged, audited and counted
+                log.error("response_failed", request_id=request_id, error=exc.__class__.__name__)
+                outcome.error, sent = exc.__class__.__name__, 0
         if not outcome.recorded:
             outcome.bytes_in = getattr(req.body, "received", 0) if req is not None else 0
             outcome.status, outcome.bytes_out = response.status, sent
