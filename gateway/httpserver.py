@@ -39,7 +39,7 @@ from .config import Config
 #: Seconds an idle TLS client gets to acknowledge close_notify at shutdown.
 TLS_CLOSE_GRACE = 2.0
 #: The largest request head taken, in bytes (AWS S3 takes 8 KiB of headers; the rest is
-#: room).
+#: room), counted from the first read after the one it began in.
 MAX_HEAD_BYTES = 128 * 1024
 #: Connections served at once; more are closed as they come (each holds a descriptor, and
 #: the store, the log and the index need theirs): at most half the descriptors the process
@@ -123,8 +123,7 @@ def _protocol_class(stall_timeout: float = 60.0, max_connections: int = MAX_CONN
         _refused = False
         _in_head = True
         _head_bytes = 0
-        _handed_on = 0
-        _head_starts = 0
+        _begun = 0  # requests begun on this connection
         _head_timer: asyncio.TimerHandle | None = None
         _stall_timer: asyncio.TimerHandle | None = None
 
@@ -151,12 +150,13 @@ def _protocol_class(stall_timeout: float = 60.0, max_connections: int = MAX_CONN
         # -- the request head: on time, and bounded ------------------------------
 
         def data_received(self, data: bytes) -> None:
-            # how much of this read went to requests before the one whose head is being read
-            # (their line, headers and body, as the parser hands them on; chunk framing aside)
-            self._handed_on = self._head_starts = 0
+            # a read counts towards a head only if that head was being read before it came
+            # (one where a request began also held the end of the one before): a head is
+            # refused past MAX_HEAD_BYTES plus at most one read
+            begun = self._begun
             super().data_received(data)
-            if self._in_head and not self.transport.is_closing():
-                self._head_bytes += len(data) - self._head_starts
+            if self._in_head and self._begun == begun and not self.transport.is_closing():
+                self._head_bytes += len(data)
                 if self._head_bytes > MAX_HEAD_BYTES:
                     if self._busy():  # answer the requests before first: read no more meanwhile
                         self.flow.pause_reading()
@@ -167,20 +167,8 @@ def _protocol_class(stall_timeout: float = 60.0, max_connections: int = MAX_CONN
         def on_message_begin(self) -> None:
             super().on_message_begin()
             self._in_head, self._head_bytes = True, 0
-            self._head_starts = self._handed_on
+            self._begun += 1
             self._arm_head_timer()
-
-        def on_url(self, url: bytes) -> None:
-            self._handed_on += len(url) + 16  # "GET " and " HTTP/1.1\r\n\r\n", about
-            super().on_url(url)
-
-        def on_header(self, name: bytes, value: bytes) -> None:
-            self._handed_on += len(name) + len(value) + 4  # ": " and "\r\n"
-            super().on_header(name, value)
-
-        def on_body(self, body: bytes) -> None:
-            self._handed_on += len(body)
-            super().on_body(body)
 
         def _busy(self) -> bool:
             """Whether a request before the one being read is still being answered."""

@@ -308,7 +308,7 @@ def test_an_error_before_the_swap_deletes_what_the_run_wrote(store):
         c.files.write = second_write_fails
         with pytest.raises(StoreUnavailable):
             c.run_once()
-        assert parquet_keys(store) == set() and len(c._ids) == 0
+        assert parquet_keys(store) == set() and c._ids == {}
         c.files.write = write
         c.run()
         assert sorted(stored_ids(store)) == [f"e{i:06d}" for i in range(6)]
@@ -334,27 +334,32 @@ def test_the_id_cache_holds_only_current_segments(store):
         c.run_once()  # each run starts by forgetting the segments its manifest no longer names
         current = {s.key for s in c.snapshot().manifest.of("bio")}
         assert len(current) == 3  # nine runs, two merges
-        assert set(c._ids.keys()) == current
-        assert c._ids.held == 90
+        assert set(c._ids) == current
+        assert sum(len(ids) for ids in c._ids.values()) == 90
     finally:
         log.close()
 
 
-def test_the_id_cache_is_bounded_by_ids_and_reads_old_segments_again(store, monkeypatch):
-    """Segments of every day stay current, so the cache is bounded by the ids it holds: the
-    least recently used segment's go first, and are read again from the file when a late
-    record for its partition comes (which is still not written twice)."""
+def test_the_id_cache_keeps_recent_days_and_reads_old_segments_again(store):
+    """Segments of every day stay current, so the cache keeps the ids of the recent days'
+    partitions only; an older one's are read again from its segment when a late record for
+    it comes (which is still not written twice), and dropped after that run."""
+    from gateway.segments.compactor import ID_DAYS
+
     log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
     try:
         c = compactor(store, log)
-        c._ids.limit = 25
-        for day in range(4):  # a partition a day, ten events each
+        days = ID_DAYS + 3
+        for day in range(days):  # a partition a day, ten events each
             log.append([BioRecord(event(day * 10 + i, day=day)) for i in range(10)])
             c.run()
-        assert c._ids.held <= 25 + 10 and len(c._ids) < 4
+        c.run_once()
+        assert sum(len(ids) for ids in c._ids.values()) == 10 * (ID_DAYS + 1)
         log.append([BioRecord(event(0, day=0))])  # a repeat, late, for the first day
         c.run()
-        assert sorted(stored_ids(store)) == sorted(f"e{i:06d}" for i in range(40))
+        assert sorted(stored_ids(store)) == sorted(f"e{i:06d}" for i in range(10 * days))
+        c.run_once()
+        assert sum(len(ids) for ids in c._ids.values()) == 10 * (ID_DAYS + 1)
     finally:
         log.close()
 

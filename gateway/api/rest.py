@@ -28,7 +28,7 @@ from ..iam.authz import PER_ITEM_DECISION, ROOT_DECISION, SELF_DECISION, Authori
 from ..iam.principals import Principal
 from ..logs import log
 from ..recorder import Outcome, Recorder
-from ..s3.body import receive_some, unsupported_transfer_coding, waits_for_continue
+from ..s3.body import drain, receive_some, unsupported_transfer_coding, waits_for_continue
 from ..s3.errors import from_exception
 from ..s3.sigv4 import AuthError, not_utf8, parse_query
 
@@ -165,6 +165,11 @@ class Router:
         raise ApiError("NoSuchRoute", f"There is no API route {path}.", 404)
 
 
+#: The most of an unread body dropped, and how long it may take, after an early answer.
+DRAIN_LIMIT = 32 * 1024 * 1024
+DRAIN_SECONDS = 10.0
+
+
 class RestApp:
     def __init__(self, router: Router, authenticator: Authenticator, authorizer: Authorizer,
                  recorder: Recorder, executor: ThreadPoolExecutor, body_timeout: float = 60.0) -> None:
@@ -198,11 +203,13 @@ class RestApp:
         except Exception as exc:  # noqa: BLE001 - every failure becomes a JSON error
             reply = self._error(exc, outcome)
         payload = reply.payload()
-        # answered before its body was read: the HTTP layer reads and drops the rest of a
-        # body that comes, but a client waiting for 100-continue sends none (its next request
-        # would be read as this one's body), and one that stalled may never send it
-        closing = [(b"connection", b"close")] if not body_read and (
-            waits_for_continue(outcome.headers) or outcome.error == "RequestTimeout") else []
+        # answered before its body was read: the rest is read and dropped if it comes soon
+        # (so a client still sending gets the answer, not a reset), else the connection
+        # closes; a client waiting for 100-continue sends none, and its next request would
+        # be read as this one's body
+        if not body_read and not waits_for_continue(outcome.headers) and outcome.error != "RequestTimeout":
+            body_read = await drain(receive, DRAIN_LIMIT, min(DRAIN_SECONDS, self.body_timeout))
+        closing = [] if body_read else [(b"connection", b"close")]
         await send({"type": "http.response.start", "status": reply.status, "headers": [
             (b"content-type", reply.content_type.encode()), (b"content-length", str(len(payload)).encode()),
             (b"x-amz-request-id", outcome.request_id.encode()), (b"server", b"orgmem"), *closing,

@@ -29,7 +29,7 @@ import orjson
 from ..iam.authn import Authenticator
 from ..logs import log
 from ..recorder import Outcome, Recorder
-from ..s3.body import waits_for_continue
+from ..s3.body import drain, waits_for_continue
 from ..s3.sigv4 import AuthError
 
 PATHS = ("/mcp", "/mcp/")
@@ -45,6 +45,11 @@ MAX_BODY = 8 * 1024 * 1024
 def is_mcp(scope: dict) -> bool:
     """A request for /mcp (no bucket can be named ``mcp``)."""
     return scope["path"] in PATHS
+
+
+#: The most of a refused request's body read and dropped, and how long that may take.
+REFUSED_BODY = 1024 * 1024
+REFUSED_SECONDS = 5.0
 
 
 @dataclass(frozen=True)
@@ -84,7 +89,7 @@ class McpEndpoint:
         try:
             credentials = self._authenticate(scope, headers)
         except AuthError as exc:
-            await self._refuse(scope, headers, exc, send, started)
+            await self._refuse(scope, headers, exc, send, started, receive)
             return
         manager = await self._started()
         request_id = os.urandom(8).hex().upper()
@@ -130,17 +135,16 @@ class McpEndpoint:
                            (scope.get("client") or ("", 0))[0])
 
     async def _refuse(self, scope: dict, headers: dict[str, str], exc: AuthError, send,
-                      started: float) -> None:
-        """401 with the gateway's JSON error; audited, naming at most the access key claimed."""
+                      started: float, receive) -> None:
+        """401 with the gateway's JSON error; audited, naming at most the access key claimed.
+        Its body is dropped if small and quick to come, else the connection closes."""
         request_id = os.urandom(8).hex().upper()
+        keep = not waits_for_continue(headers) and await drain(receive, REFUSED_BODY, REFUSED_SECONDS)
         body = orjson.dumps({"error": {"code": exc.code, "message": exc.message}})
         await send({"type": "http.response.start", "status": 401, "headers": [
             (b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
             (b"www-authenticate", b'Bearer realm="orgmem"'), (b"x-amz-request-id", request_id.encode()),
-            (b"server", b"orgmem"),
-            # its body was never read: one that comes is dropped, but a client waiting for
-            # 100-continue sends none, and its next request would be read as this one's body
-            *([(b"connection", b"close")] if waits_for_continue(headers) else [])]})
+            (b"server", b"orgmem"), *([] if keep else [(b"connection", b"close")])]})
         await send({"type": "http.response.body", "body": body})
         outcome = Outcome(request_id=request_id, client_ip=(scope.get("client") or ("", 0))[0],
                           headers=headers, operation="McpRequest", status=401, error=exc.code,

@@ -49,6 +49,24 @@ async def receive_some(receive: Callable[[], Awaitable[dict]], limit: float,
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), more
 
 
+async def drain(receive: Callable[[], Awaitable[dict]], limit: int, seconds: float) -> bool:
+    """Read and drop the rest of a body answered before it was read; True once it has all
+    arrived, within ``limit`` bytes and ``seconds`` (then the connection can stay open and
+    the answer reaches a client still sending, where a close over unread bytes resets it)."""
+    left = limit
+    try:
+        async with asyncio.timeout(seconds):
+            while True:
+                data, more = await receive_some(receive, PULL_SIZE)
+                left -= len(data)
+                if left < 0:
+                    return False
+                if not more:
+                    return True
+    except (TimeoutError, S3Error):  # too slow, or the client left
+        return False
+
+
 def waits_for_continue(headers: dict[str, str]) -> bool:
     """Whether the client sends its body only once told to (``Expect: 100-continue``)."""
     return headers.get("expect", "").strip().lower() == "100-continue"

@@ -36,7 +36,6 @@ from ..log.layout import Positions
 from ..logs import log as event_log
 from ..store.base import INTERNAL_BUCKET, StoreError
 from .files import SegmentFiles, Stream
-from .lru import SizedLru
 from .manifest import GRACE_SECONDS, KEY_PREFIX, Manifest, Segment
 
 CONSUMER = "compactor"
@@ -58,10 +57,10 @@ SWEEP_EVERY = 50
 RESTAMPED = frozenset({"bio"})
 
 T = TypeVar("T")
-#: Event and audit ids kept in memory from segments already written (about 120 bytes each):
-#: the partitions being written now stay in it, older ones are read again when a late
-#: record for them comes.
-ID_CACHE = 500_000
+#: Days of ids kept in memory from segments already written (about 120 bytes an id): those
+#: of partitions dated within this many days of the newest; an older partition's are read
+#: again from its segments when a late record for it comes, and dropped after that run.
+ID_DAYS = 2
 
 #: Decides whether a segment has outlived its retention: (segment, now) -> drop it?
 Retention = Callable[[Segment, float], bool]
@@ -114,7 +113,7 @@ class Compactor:
         self.grace = grace
         self.max_records = max_records
         self.max_objects = MAX_OBJECTS
-        self._ids: SizedLru[str, frozenset[str]] = SizedLru(ID_CACHE)  # segments never change
+        self._ids: dict[str, frozenset[str]] = {}  # segment key -> its ids (segments never change)
         self._lock = threading.Lock()
         self._runs = 0
 
@@ -287,14 +286,14 @@ class Compactor:
         segment = Segment(stream.name, partition, name, table.num_rows, len(data),
                           low.as_py(), high.as_py(), now)
         self.files.write(segment.key, data)
-        self._ids.put(segment.key, frozenset(table[stream.id_column].to_pylist()))
+        self._ids[segment.key] = frozenset(table[stream.id_column].to_pylist())
         return segment
 
     def _segment_ids(self, stream: Stream, segment: Segment) -> frozenset[str]:
         ids = self._ids.get(segment.key)
         if ids is None:
             ids = frozenset(self.files.table(segment.key, [stream.id_column])[stream.id_column].to_pylist())
-            self._ids.put(segment.key, ids)
+            self._ids[segment.key] = ids
         return ids
 
     def _neighbours(self, stream: Stream, manifest: Manifest, partition: str) -> list[Segment]:
@@ -304,8 +303,16 @@ class Compactor:
         return [s for p in _adjacent_days(partition) for s in manifest.of(stream.name, p)]
 
     def _forget_gone(self, manifest: Manifest) -> None:
-        """Keep the cached ids of current segments only (merged, retired and expired ones go)."""
-        self._ids.keep_only({s.key for s in manifest.segments})
+        """Keep the cached ids of current segments only (merged, retired and expired ones go),
+        and of those only the recent days' (every day's segments stay current: the cache
+        held every id ever compacted)."""
+        current = {s.key: s.value("date") or "" for s in manifest.segments}
+        newest = max(current.values(), default="")
+        try:
+            floor = (date.fromisoformat(newest) - timedelta(days=ID_DAYS)).isoformat()
+        except ValueError:  # no dated partitions
+            floor = ""
+        self._ids = {key: ids for key, ids in self._ids.items() if key in current and current[key] >= floor}
 
     def _expired_by_retention(self, manifest: Manifest, now: float) -> list[Segment]:
         if self.retention is None:
@@ -315,7 +322,7 @@ class Compactor:
     def _discard(self, segments: list[Segment]) -> None:
         self._delete_quietly([s.key for s in segments])
         for segment in segments:
-            self._ids.pop(segment.key)
+            self._ids.pop(segment.key, None)
 
     def _delete_quietly(self, keys: list[str]) -> int:
         """Delete segment files no manifest names; one that fails stays an orphan for the sweep."""

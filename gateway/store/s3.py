@@ -581,12 +581,16 @@ class S3Store:
         except ClientError as exc:
             raise self._error(exc) from exc
 
-    def _delete_quietly(self, *names: str) -> None:
+    def _delete_quietly(self, *names: str) -> bool:
+        """Delete ``names``; whether every delete went through (one that did not is collected by
+        upkeep later)."""
+        done = True
         for name in names:
             try:
                 self._call("delete_object", retry=True, Bucket=self.bucket, Key=name)
             except (ClientError, StoreError):
-                pass  # collected by upkeep
+                done = False
+        return done
 
     def _list(self, prefix: str, start_after: str = "", delimiter: str = "",
               page: int = 1000) -> Iterator[dict]:
@@ -1365,8 +1369,7 @@ class S3Store:
         except (NoSuchKey, NoSuchBucket):
             current = None
         if current is None or current.record != record:
-            self._delete_quietly(name)
-            return True
+            return self._delete_quietly(name)  # a sweep goes on only while deletes go through
         return False
 
     def count_uploads(self) -> int:
