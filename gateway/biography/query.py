@@ -16,6 +16,8 @@ before and after compaction.
 from __future__ import annotations
 
 import base64
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 
@@ -26,7 +28,6 @@ import pyarrow.compute as pc
 from ..log import BioRecord, LogReader
 from ..segments.compactor import Snapshot
 from ..segments.files import SegmentFiles
-from ..segments.lru import SizedLru
 from ..segments.manifest import Segment
 from . import schema
 from .events import Event, format_ts, order_key, time_key
@@ -172,13 +173,25 @@ class _IdCache:
     every one of its segments again."""
 
     def __init__(self, limit: int) -> None:
-        self._ids: SizedLru[str, pa.Array] = SizedLru(limit)
+        self._ids: OrderedDict[str, pa.Array] = OrderedDict()
+        self._held = 0
+        self._limit = limit
+        self._lock = threading.Lock()
 
     def get(self, files: SegmentFiles, key: str) -> pa.Array:
-        ids = self._ids.get(key)
-        if ids is None:
-            ids = files.table(key, ["event_id"])["event_id"].combine_chunks()
-            self._ids.put(key, ids)
+        with self._lock:
+            ids = self._ids.get(key)
+            if ids is not None:
+                self._ids.move_to_end(key)
+                return ids
+        ids = files.table(key, ["event_id"])["event_id"].combine_chunks()
+        with self._lock:
+            if key not in self._ids:
+                self._ids[key] = ids
+                self._held += len(ids)
+                while self._held > self._limit and len(self._ids) > 1:
+                    _, old = self._ids.popitem(last=False)
+                    self._held -= len(old)
         return ids
 
 
