@@ -168,20 +168,19 @@ def exclusion_clauses(schema: tantivy.Schema, exclusions: Iterable[Exclusion]) -
     for ex in exclusions:
         if ex.type not in TYPES:
             raise QueryError(f"exclusion: type {ex.type!r} is not one of {', '.join(TYPES)}")
-        try:
-            matches = tantivy.Query.regex_query(schema, "resource", ex.pattern)
-        except ValueError as e:
-            raise QueryError(f"exclusion: {ex.pattern[:80]!r} is not a regex Tantivy reads ({e})") from e
         of_type = tantivy.Query.term_query(schema, "type", ex.type, index_option="basic")
         occur = tantivy.Occur.MustNot if ex.inverted else tantivy.Occur.Must
-        parts = [(tantivy.Occur.Must, of_type), (occur, matches)]
-        for pattern in ex.unless:
-            try:
-                parts.append((tantivy.Occur.MustNot, tantivy.Query.regex_query(schema, "resource", pattern)))
-            except ValueError as e:
-                raise QueryError(f"exclusion: {pattern[:80]!r} is not a regex Tantivy reads ({e})") from e
+        parts = [(tantivy.Occur.Must, of_type), (occur, _resource_regex(schema, ex.pattern))]
+        parts += [(tantivy.Occur.MustNot, _resource_regex(schema, pattern)) for pattern in ex.unless]
         out.append(tantivy.Query.boolean_query(parts))
     return out
+
+
+def _resource_regex(schema: tantivy.Schema, pattern: str) -> tantivy.Query:
+    try:
+        return tantivy.Query.regex_query(schema, "resource", pattern)
+    except ValueError as e:
+        raise QueryError(f"exclusion: {pattern[:80]!r} is not a regex Tantivy reads ({e})") from e
 
 
 def access_clause(schema: tantivy.Schema, tokens: Iterable[str]) -> tantivy.Query:

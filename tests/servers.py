@@ -77,6 +77,20 @@ class Gateway:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace") if self.log_path and self.log_path.exists() else ""
 
+    def log_events(self, event: str) -> list[dict]:
+        """The JSON log lines of ``event`` (``request``, ...), parsed, oldest first."""
+        import json
+
+        found = []
+        for line in self.log().splitlines():
+            try:
+                doc = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(doc, dict) and doc.get("event") == event:
+                found.append(doc)
+        return found
+
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 15) -> int | None:
         if self.proc is None or self.proc.poll() is not None:
             return self.proc.returncode if self.proc else None

@@ -62,15 +62,7 @@ def test_every_route_logs_one_line_per_request_without_secrets(gateway, s3, buck
             exc.read()
 
     def lines() -> list[dict]:
-        out = []
-        for line in gateway.log().splitlines():
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if doc.get("event") == "request":
-                out.append(doc)
-        return out
+        return gateway.log_events("request")
 
     def seen(path: str) -> bool:
         return any(d.get("path") == path for d in lines())

@@ -220,19 +220,9 @@ def test_damage_found_mid_answer_cuts_it_off_and_is_still_logged_and_audited(gw,
         gw.start()
     _expect_refusal(s3, "t/late")
 
-    def logged() -> list[dict]:
-        found = []
-        for line in gw.log().splitlines():
-            try:
-                doc = json.loads(line)
-            except ValueError:
-                continue
-            if doc.get("event") == "request" and doc.get("path") == "/sealed/t/late" and doc.get("method") == "GET":
-                found.append(doc)
-        return found
-
-    assert wait_until(lambda: logged())
-    assert '"event":"response_failed"' in gw.log()
+    assert wait_until(lambda: any(d.get("path") == "/sealed/t/late" and d.get("method") == "GET"
+                                  for d in gw.log_events("request")))
+    assert gw.log_events("response_failed")
 
 
 # -- the KEK at start ----------------------------------------------------------------------------------

@@ -50,9 +50,10 @@ async def receive_some(receive: Callable[[], Awaitable[dict]], limit: float,
 
 
 async def drain(receive: Callable[[], Awaitable[dict]], limit: int, seconds: float) -> bool:
-    """Read and drop the rest of a body answered before it was read; True once it has all
-    arrived, within ``limit`` bytes and ``seconds`` (then the connection can stay open and
-    the answer reaches a client still sending, where a close over unread bytes resets it)."""
+    """Read and drop the rest of a body answered before it was read (some of it is still to
+    come); True once it has all arrived, within ``limit`` bytes and ``seconds`` (then the
+    connection can stay open and the answer reaches a client still sending, where a close
+    over unread bytes resets it)."""
     left = limit
     try:
         async with asyncio.timeout(seconds):
@@ -183,18 +184,15 @@ class ReceiveReader:
         asking would make it send everything."""
         if self._expected is not None and self._expected - self._received > limit:
             return False
-        left = limit
-        try:
-            async with asyncio.timeout(timeout):
-                while self._more:
-                    data, self._more = await receive_some(self._receive, PULL_SIZE)
-                    self._received += len(data)
-                    left -= len(data)
-                    if left < 0:
-                        return False
-        except (TimeoutError, S3Error):  # too slow, or the client left
+
+        async def counted() -> dict:
+            message = await self._receive()
+            self._received += len(message.get("body", b""))
+            return message
+
+        if self._more and not await drain(counted, limit, timeout):
             return False
-        self._pending = memoryview(b"")
+        self._more, self._pending = False, memoryview(b"")
         return True
 
     def _read_all(self) -> bytes:

@@ -1325,7 +1325,7 @@ class S3Store:
             if upload_id not in live:
                 stale[upload_id] = stale.get(upload_id, True) and item["LastModified"].timestamp() < cutoff
         for upload_id, old in stale.items():
-            if old and upload_id not in live:
+            if old:
                 self._clear_parts(upload_id)
 
     def _sweep_done(self) -> None:
