@@ -78,10 +78,11 @@ MAX_OBJECTS = 1024
 #: seconds of applying, and records.
 STEP_SECONDS = 0.5
 STEP_RECORDS = 20_000
-#: The same while catching up, when more than FAR_BEHIND log objects wait (a restart after
-#: downtime, not a burst of ingest): fewer, larger commits make fewer small segments to merge
-#: (a 300,000-event backlog indexed 15% faster), and an index that far behind is not made
-#: staler by them.
+#: The same while catching up: when more than FAR_BEHIND log objects wait (a restart after
+#: downtime), or the last step could not read all there was (ingest outpacing the index).
+#: Each commit has a cost of its own (Tantivy finishes its segments, and they are merged
+#: later), so fewer, larger commits catch up sooner (a 300,000-event backlog indexed 15%
+#: faster), and an index that is behind is not made staler by them.
 CATCHUP_STEP_SECONDS = 2.0
 CATCHUP_STEP_RECORDS = 100_000
 FAR_BEHIND = 128
@@ -145,7 +146,8 @@ class SearchIndex:
         if swept:
             log.info("index_workdirs_removed", count=swept)
         self._backlog = False  # the last step left log records unread
-        self._far_behind = False  # more than FAR_BEHIND objects waited at the last step
+        self._far_behind = False  # this step catches up (see CATCHUP_STEP_SECONDS)
+        self._left_backlog = False  # the last _consume stopped before the end of the log
         self._checkpoint = None
         self._published: Positions = {}
         self._dirty = False  # committed changes not yet in a snapshot
@@ -354,7 +356,8 @@ class SearchIndex:
         changed = fenced = False
         deadline, records, objects = None, 0, 0
         pending = self.log.reader.pending(self.positions, limit)
-        self._far_behind = len(pending) > FAR_BEHIND
+        # behind: many objects wait, or the last step could not read all there was
+        self._far_behind = len(pending) > FAR_BEHIND or self._left_backlog
         seconds, most = ((CATCHUP_STEP_SECONDS, CATCHUP_STEP_RECORDS) if self._far_behind
                          else (STEP_SECONDS, STEP_RECORDS))
         for obj in self.log.reader.read_listed(pending):
@@ -404,6 +407,7 @@ class SearchIndex:
                 self._dirty = True  # positions moved: the next snapshot says so
         if objects >= limit:
             self._backlog = True  # the log may hold more than one step reads
+        self._left_backlog = self._backlog
         return changed
 
     def _fence_waiting(self) -> None:

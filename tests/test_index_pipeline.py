@@ -387,3 +387,27 @@ def test_a_restore_the_store_cuts_short_leaves_no_working_copy(gw, monkeypatch):
         index._take_over()
     assert len(made) == 2 and not any(d.exists() for d in made)
     assert all(d.name.startswith(workdirs.PREFIX) for d in made)
+
+
+def test_a_step_that_left_a_backlog_makes_the_next_one_a_catch_up(gw, monkeypatch):
+    """An index behind the log (ingest outpacing it) commits in larger steps until it is
+    current: each commit has a fixed cost, and 0.5 s commits of a backlog spend on it what
+    catching up needs. A step that read everything goes back to short ones."""
+    import gateway.indexing as indexing
+
+    index = gw.search_index
+    monkeypatch.setattr(indexing, "STEP_RECORDS", 10)
+    monkeypatch.setattr(indexing, "CATCHUP_STEP_RECORDS", 1000)
+    commits = []
+    real_commit = index._commit
+    monkeypatch.setattr(index, "_commit", lambda: commits.append(1) or real_commit())
+    for session in ("a", "b", "c"):
+        ingest(gw, 20, session)  # one log object each
+    assert index.step() is True  # one object (20 records >= 10), a backlog left
+    assert not index._far_behind and hits(index, "a") == 20 and hits(index, "b") == 0
+    assert index.step() is False  # catching up: both remaining objects, one commit
+    assert index._far_behind and hits(index, "b") == 20 and hits(index, "c") == 20
+    assert len(commits) == 2
+    ingest(gw, 5, "d")
+    index.step()
+    assert not index._far_behind and hits(index, "d") == 5
