@@ -70,7 +70,8 @@ class Recorder:
             status=outcome.status, bytes_in=outcome.bytes_in, bytes_out=outcome.bytes_out,
             remote_addr=outcome.client_ip,
             user_agent=_text(scrub_user_agent(outcome.headers.get("user-agent"))),
-            error=outcome.error, version=outcome.version)
+            error=outcome.error,
+            version=outcome.version if type(outcome.version) is int else None)
         stored = self.audit.record_durable(record) if durable else True
         if not durable:
             self.audit.record(record)

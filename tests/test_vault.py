@@ -226,6 +226,19 @@ def test_writes_are_audited_with_their_version(root, admin):
     assert [(r["operation"], r["version"]) for r in records] == [("PutSecret", 1), ("PutSecret", 2)]
 
 
+@pytest.mark.parametrize("versions", [["not-a-number"], [{"a": "b"}], [1.5], [True], [10**20]])
+def test_versions_that_are_not_numbers_are_refused_and_audit_still_compacts(gw, root, admin, versions):
+    """The refused request's audit record once kept the raw item as its int64 ``version``:
+    compaction of the audit log then failed on every run, for every request since."""
+    for op in ("undelete", "destroy"):
+        status, code, _ = root.call("POST", f"{op}/svc/{uid('bad')}", {"versions": versions})
+        assert (status, code) == (400, "InvalidRequest")
+    BioClient(gw.endpoint, gw.access_key, gw.secret_key).compact()  # raised on a 500 before
+    refused = [r for r in admin.audit(principal="root", limit=1000)["records"]
+               if r["operation"] in ("UndeleteSecret", "DestroySecret") and r["status"] == 400]
+    assert refused and all(r["version"] is None for r in refused)
+
+
 def test_destroyed_and_pruned_versions_leave_no_record_behind(tmp_path):
     """Destroying means the sealed record (and its wrapped data key) is gone from the backend,
     not only marked so; an unlisted record of a writer still at work survives a destroy_all."""

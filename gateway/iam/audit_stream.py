@@ -60,6 +60,7 @@ AUDIT_SCHEMA = pa.schema(
 )
 #: The fields of a record, in the contract's order.
 FIELDS = AUDIT_SCHEMA.names
+_INT_FIELDS = [f.name for f in AUDIT_SCHEMA if pa.types.is_integer(f.type)]
 SORT_KEYS = [("time", "ascending"), ("request_id", "ascending")]
 DICTIONARY_COLUMNS = ["principal", "access_key", "action", "operation", "decision", "reason",
                       "remote_addr", "user_agent", "error"]
@@ -119,6 +120,10 @@ class AuditStream:
         return sink.getvalue()
 
 
+def _is_int64(value: Any) -> bool:
+    return type(value) is int and -(1 << 63) <= value < (1 << 63)
+
+
 def records_to_table(records: list[dict[str, Any]]) -> pa.Table:
     """Audit records (the contract's dicts) as an Arrow table in :data:`AUDIT_SCHEMA`, sorted."""
     columns: dict[str, list] = {name: [] for name in FIELDS}
@@ -126,6 +131,8 @@ def records_to_table(records: list[dict[str, Any]]) -> pa.Table:
         for name in FIELDS:
             columns[name].append(r.get(name))
     columns["time"] = [time_us(t) for t in columns["time"]]
+    for name in _INT_FIELDS:  # a value no int64 holds (a record written before it was checked)
+        columns[name] = [v if _is_int64(v) else None for v in columns[name]]
     table = pa.Table.from_pydict({f.name: pa.array(columns[f.name], type=f.type) for f in AUDIT_SCHEMA},
                                  schema=AUDIT_SCHEMA)
     return table.sort_by(SORT_KEYS)
