@@ -269,3 +269,45 @@ def test_a_keyring_that_cannot_be_changed_is_said_so(tmp_path):
     assert refused.value.code == "KeyringError" and "ring.json" in refused.value.message
     (tmp_path / "ring.json").chmod(0o600)
     assert rotation.rotate() == 2
+
+
+def test_rewrap_keeps_last_modified_and_the_files(tmp_path):
+    """A rewrap changes the wrapped key only: Last-Modified moved to the rewrap's time once
+    (If-Unmodified-Since then failed, mtime-based syncs saw every object as changed)."""
+    store = sealed_store(tmp_path)
+    store.put_object("b", "small", io.BytesIO(b"inline"), ObjectMeta(user={"a": "1"}))
+    store.put_object("b", "large", io.BytesIO(b"x" * 300_000), ObjectMeta())
+    before = {k: store.inner.head_object("b", k) for k in ("small", "large")}
+    files = store.inner._row("b", "large", with_data=False)[4]
+    rotation = KeyRotation(store)
+    rotation.rotate()
+    rewrap_all(rotation, 10)
+    for key, info in before.items():
+        after = store.inner.head_object("b", key)
+        assert (after.last_modified, after.etag) == (info.last_modified, info.etag)
+        assert wrapped_version(store, "b", key) == 2
+    assert store.inner._row("b", "large", with_data=False)[4] == files  # not relinked
+    assert read(store, "small") == b"inline" and read(store, "large") == b"x" * 300_000
+    assert store.head_object("b", "small").meta.user == {"a": "1"}
+
+
+def test_rewrap_never_undoes_a_metadata_change_made_while_it_ran(tmp_path, monkeypatch):
+    """A metadata-only copy (s3fs chmod, copy-object with REPLACE) keeps the ETag, so a rewrap
+    pinned to the ETag alone wrote back the metadata it had read before the copy."""
+    store = sealed_store(tmp_path)
+    store.put_object("b", "k", io.BytesIO(b"data"), ObjectMeta(user={"mode": "0644"}))
+    rotation = KeyRotation(store)
+    rotation.rotate()
+    real_head = store.inner.head_object
+
+    def head_then_chmod(bucket, key):
+        info = real_head(bucket, key)
+        monkeypatch.setattr(store.inner, "head_object", real_head)  # the copy reads it too
+        store.copy_object("b", "k", "b", "k", ObjectMeta(user={"mode": "0600"}))
+        return info
+
+    monkeypatch.setattr(store.inner, "head_object", head_then_chmod)
+    assert store.rewrap("b", "k") is False  # the copy won: it was sealed under the primary
+    monkeypatch.undo()
+    assert store.head_object("b", "k").meta.user == {"mode": "0600"}
+    assert read(store, "k") == b"data" and wrapped_version(store, "b", "k") == 2

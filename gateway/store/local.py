@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import orjson
@@ -534,6 +534,25 @@ class LocalStore:
         except BaseException:
             self._discard([p for p, _ in files or ()])
             raise
+
+    def replace_meta(self, current: ObjectInfo, meta: ObjectMeta) -> ObjectInfo:
+        """Give the version ``current`` of an object new metadata, its bytes, files and
+        Last-Modified untouched (a rewrap's newly wrapped data key): one UPDATE, made only
+        while the object still has the ETag *and* the metadata ``current`` was read with,
+        since a metadata-only copy keeps the ETag and must not be undone. PreconditionFailed
+        when either changed; NoSuchKey once deleted."""
+        kb = current.key.encode()
+        with self._write() as db:
+            self._require_bucket(db, current.bucket)
+            row = db.execute("SELECT etag, meta FROM objects WHERE bucket=? AND key=?",
+                             (current.bucket, kb)).fetchone()
+            if row is None:
+                raise NoSuchKey()
+            if row[0] != current.etag or ObjectMeta.from_dict(orjson.loads(row[1])) != current.meta:
+                raise PreconditionFailed()
+            db.execute("UPDATE objects SET meta=? WHERE bucket=? AND key=?",
+                       (json.dumps(meta.to_dict()), current.bucket, kb))
+        return replace(current, meta=meta)
 
     def _link_all(self, src_files: list) -> list:
         """Hard-link each data file under a new name; all or nothing."""

@@ -556,8 +556,9 @@ class SealedStore:
 
     def _replace_meta(self, current: ObjectInfo, stored: ObjectMeta) -> None:
         """New bookkeeping for exactly the version ``current`` (PreconditionFailed once it was
-        replaced): in one upstream call where the backend offers it (S3Store.replace_meta),
-        else as a copy onto itself pinned to that version."""
+        replaced): in one call where the backend offers it (``replace_meta``: LocalStore's
+        also requires the metadata ``current`` holds, and keeps Last-Modified), else as a copy
+        onto itself pinned to that version."""
         replace_meta = getattr(self.inner, "replace_meta", None)
         if replace_meta is not None:
             replace_meta(current, stored)
