@@ -33,7 +33,7 @@ from vault.errors import VaultError
 from vault.keys import WrappedKey
 
 from .logs import log
-from .sealing import REWRAP_CHECKPOINT, read_internal, sealed_objects
+from .sealing import REWRAP_CHECKPOINT, SealingError, read_internal, record_key_checks, sealed_objects
 from .secret_store.service import Secrets
 from .store.base import INTERNAL_BUCKET, NoSuchBucket, NoSuchKey, ObjectMeta, StoreError, StoreUnavailable
 from .store.sealed import SealedStore, SealError
@@ -131,7 +131,15 @@ class KeyRotation:
                 "with the new key first (--kek aws-kms:NEW,OLD); for env: and passphrase keys, "
                 "move to a file: keyring to rotate", code="NotRotatable")
         with _keyring_errors():
-            return rotate()
+            version = rotate()
+        # the seal record learns the new key at once: a restart with a keyring from before
+        # this rotation is then refused rather than taking its number for another key
+        try:
+            record_key_checks(self.sealed.inner, self.keys)
+        except SealingError as exc:
+            raise RotationError(f"version {version} is primary, but the seal record could not "
+                                f"learn it ({exc}); the next start records it") from None
+        return version
 
     def retire(self, version: int) -> dict:
         retire = getattr(self.keys, "retire", None)

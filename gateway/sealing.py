@@ -22,7 +22,7 @@ from pathlib import Path
 import orjson
 
 from vault.errors import MissingKey, VaultError
-from vault.keys import KeyProvider, WrappedKey, provider_from_spec
+from vault.keys import FileKeyring, KeyProvider, WrappedKey, provider_from_spec
 
 from .config import Config
 from .logs import log
@@ -86,8 +86,8 @@ def open_keys(config: Config, inner: ObjectStore, record: dict | None) -> KeyPro
                                   create_default=record is None)
     except VaultError as exc:
         raise SealingError(str(exc)) from None
-    if getattr(keys, "created", False):
-        log.warning("keyring_created", path=str(default_keyring(config)),
+    if isinstance(keys, FileKeyring) and keys.created:
+        log.warning("keyring_created", path=str(keys.path),
                     hint="back this file up apart from the data: without it nothing can be read")
     return keys
 
@@ -108,6 +108,8 @@ def seal(inner: ObjectStore, config: Config) -> SealedStore:
         _write_seal_record(inner, keys)
     elif _kms_keys(keys) is not None:
         _record_kms_keys(sealed)
+    elif _key_checks(keys) is not None:
+        record_key_checks(inner, keys)
     return sealed
 
 
@@ -119,6 +121,7 @@ def _check_record(record: dict, keys: KeyProvider) -> None:
             f"this data is sealed under KEK {record.get('kek_id')!r}, but --kek gives "
             f"{keys.kek_id!r}: start with the KEK the data was sealed with (restore its keyring "
             "from backup); nothing was read or written")
+    _check_key_checks(record, keys)
     given, recorded = _kms_keys(keys), _recorded_kms_keys(record)
     if given is None or recorded is None:
         return  # not KMS, or a record from before it named KMS keys (see _record_kms_keys)
@@ -137,6 +140,70 @@ def _check_record(record: dict, keys: KeyProvider) -> None:
             "start with the KMS key the data was sealed with (to move to a new key, list it first "
             "and keep the old one, --kek aws-kms:NEW,OLD, then rewrap); nothing was read or "
             "written")
+
+
+def _key_checks(keys: KeyProvider) -> dict[int, str] | None:
+    """For a keyring of versions (``file:``), each version's key check value; None otherwise."""
+    checks = getattr(keys, "key_checks", None)
+    return dict(checks()) if checks is not None else None
+
+
+def _recorded_key_checks(record: dict) -> dict[int, str]:
+    found = record.get("key_checks") or {}
+    try:
+        return {int(v): str(check) for v, check in found.items()}
+    except (AttributeError, TypeError, ValueError):
+        raise SealingError(f"the seal record {SEAL_RECORD} in the internal bucket is damaged "
+                           "(its key_checks are not versions and values); restore it from "
+                           "backup") from None
+
+
+def _check_key_checks(record: dict, keys: KeyProvider) -> None:
+    """The keyring holds every version the seal record knows, each with its own key: an older
+    copy (a backup from before a rotation) or another keyring under the same KEK id would
+    leave the data of the versions it lacks unreadable, and a rotation would then reuse their
+    numbers for new keys."""
+    given = _key_checks(keys)
+    if given is None:
+        return
+    recorded = _recorded_key_checks(record)
+    lost = sorted(v for v in recorded if v not in given)
+    other = sorted(v for v, check in recorded.items() if v in given and given[v] != check)
+    if lost or other:
+        what = " and ".join(part for part in (
+            f"lacks KEK version(s) {lost}" if lost else "",
+            f"holds other keys for version(s) {other}" if other else "") if part)
+        raise SealingError(
+            f"the keyring {what} that this data was sealed with (versions "
+            f"{sorted(recorded)}): it is an older copy or another keyring. Start with the current "
+            "keyring (restore it from backup); nothing was read or written")
+
+
+def record_key_checks(inner: ObjectStore, keys: KeyProvider) -> None:
+    """Add the keyring's versions to the seal record's key checks (at start, and at once after a
+    rotation, before anything is wrapped under the new version), by compare-and-swap."""
+    given = _key_checks(keys)
+    if given is None:
+        return
+    for _ in range(8):
+        found = read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)
+        if found is None:
+            return  # none to complete: the next start refuses, or writes one (seal)
+        record = _parse_record(found[0])
+        _check_record(record, keys)  # again: another gateway may have changed it meanwhile
+        recorded = _recorded_key_checks(record)
+        merged = {**recorded, **given}
+        if merged == recorded:
+            return
+        record["key_checks"] = {str(v): check for v, check in sorted(merged.items())}
+        try:
+            inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, BytesIO(orjson.dumps(record)),
+                             ObjectMeta(content_type="application/json"),
+                             WriteCondition(if_match=found[1].etag))
+            return
+        except PreconditionFailed:
+            continue  # another gateway changed the record first: read it again
+    raise SealingError(f"the seal record {SEAL_RECORD} keeps changing; retry")
 
 
 def _kms_keys(keys: KeyProvider) -> dict[int, str] | None:
@@ -171,7 +238,7 @@ def _record_kms_keys(sealed: SealedStore) -> None:
         found = read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)
         if found is None:
             raise SealingError(f"the seal record {SEAL_RECORD} disappeared while starting; restart")
-        record = orjson.loads(found[0])
+        record = _parse_record(found[0])
         _check_record(record, keys)  # again: another gateway may have changed it meanwhile
         recorded = _recorded_kms_keys(record)
         if recorded is None:
@@ -300,14 +367,27 @@ def _ensure_internal_bucket(inner: ObjectStore) -> None:
 
 def _seal_record(inner: ObjectStore) -> dict | None:
     raw = read_internal(inner, SEAL_RECORD)
-    return orjson.loads(raw) if raw is not None else None
+    return _parse_record(raw) if raw is not None else None
+
+
+def _parse_record(raw: bytes) -> dict:
+    try:
+        record = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        record = None
+    if not isinstance(record, dict):
+        raise SealingError(f"the seal record {SEAL_RECORD} in the internal bucket is damaged (not a "
+                           "JSON object); restore it from backup. Nothing was read or written")
+    return record
 
 
 def _write_seal_record(inner: ObjectStore, keys: KeyProvider) -> None:
     record: dict = {"format": 1, "kek_id": keys.kek_id, "sealed_since": time.time()}
-    kms = _kms_keys(keys)
+    kms, checks = _kms_keys(keys), _key_checks(keys)
     if kms is not None:
         record["kms_keys"] = {str(v): arn for v, arn in sorted(kms.items())}
+    if checks is not None:
+        record["key_checks"] = {str(v): check for v, check in sorted(checks.items())}
     try:
         inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, BytesIO(orjson.dumps(record)),
                          ObjectMeta(content_type="application/json"), WriteCondition(if_none_match=True))
@@ -324,4 +404,5 @@ def read_internal(store: ObjectStore, key: str) -> bytes | None:
     return found[0] if found is not None else None
 
 
-__all__ = ["MissingKey", "SealingError", "default_keyring", "seal", "seal_plaintext"]
+__all__ = ["MissingKey", "SealingError", "default_keyring", "record_key_checks", "seal",
+           "seal_plaintext"]

@@ -315,6 +315,25 @@ def test_plaintext_planted_beside_sealed_data_is_never_taken_for_the_datas_own(t
         gateway.stop()
 
 
+def test_a_damaged_seal_record_is_said_so_at_start(tmp_path):
+    """It was a JSONDecodeError traceback."""
+    from gateway.sealing import SEAL_RECORD
+    from gateway.store.base import INTERNAL_BUCKET, ObjectMeta
+    from gateway.store.local import LocalStore
+
+    gateway = Gateway(tmp_path / "data").start()
+    gateway.stop()
+    raw = LocalStore(tmp_path / "data" / "store")
+    raw.put_object(INTERNAL_BUCKET, SEAL_RECORD, io.BytesIO(b'{"kek_id": "half a rec'), ObjectMeta())
+    raw.close()
+    env = {**os.environ, "ORGMEM_ROOT_ACCESS_KEY": gateway.access_key,
+           "ORGMEM_ROOT_SECRET_KEY": gateway.secret_key}
+    refused = subprocess.run([str(BIN / "orgmem"), "serve", "--port", "1", "--data", str(tmp_path / "data")],
+                             env=env, capture_output=True, text=True, timeout=60)
+    assert refused.returncode != 0 and "Traceback" not in refused.stderr
+    assert f"the seal record {SEAL_RECORD} in the internal bucket is damaged" in refused.stderr
+
+
 # -- rotation --------------------------------------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from clients import clean_env
 from servers import BIN, Gateway, free_port
 
 from gateway.admin_client import AdminClient
+from vault.keys import FileKeyring
 
 ORGMEM = BIN / "orgmem"
 #: Every secret value a test planted: none may appear in any CLI's stderr.
@@ -416,6 +417,34 @@ def test_data_restored_from_before_a_retire_reads_again_once_unretired(tmp_path)
         assert done.returncode == 0, done.stderr
         gateway.start()
         assert stdout(vault(gateway, "get", "ops/kept")) == "from before the backup"
+    finally:
+        gateway.stop()
+
+
+def test_a_keyring_from_before_a_rotation_is_refused_at_start(tmp_path):
+    """The keyring restored from a backup taken before `kek rotate`: the gateway started, could
+    not read what version 2 wrapped, and a second rotate made a new key numbered 2. The seal
+    record now keeps a check value per version, learnt at the rotation."""
+    import shutil
+
+    keyring = tmp_path / "data.keyring.json"
+    gateway = Gateway(tmp_path / "data").start()
+    try:
+        shutil.copy2(keyring, tmp_path / "keyring-backup.json")
+        vault(gateway, "kek", "rotate")
+        vault(gateway, "put", "ops/after", input=b"wrapped under version 2")
+        gateway.stop()
+        shutil.copy2(tmp_path / "keyring-backup.json", keyring)
+        with pytest.raises(RuntimeError):
+            gateway.start(timeout=10)
+        assert "lacks KEK version(s) [2]" in gateway.log()
+        shutil.copy2(tmp_path / "keyring-backup.json", tmp_path / "stale.json")
+        keyring.unlink()
+        FileKeyring(tmp_path / "stale.json").rotate()  # another key numbered 2
+        shutil.copy2(tmp_path / "stale.json", keyring)
+        with pytest.raises(RuntimeError):
+            gateway.start(timeout=10)
+        assert "holds other keys for version(s) [2]" in gateway.log()
     finally:
         gateway.stop()
 

@@ -279,6 +279,46 @@ def test_reload_sees_rotation_by_another_process(tmp_path):
     assert gateway.wrap(DEK, AAD).kek_id == before.kek_id
 
 
+def test_an_older_copy_of_the_keyring_put_in_place_is_refused(tmp_path):
+    """A keyring from before a rotation (a backup restored, config management) was adopted
+    while running: version 2 vanished from memory, and the next rotate made a new random key
+    numbered 2, so what version 2 had wrapped could never be read again."""
+    import shutil
+
+    path = tmp_path / "keyring.json"
+    gateway = create_keyring(path)
+    gateway.reload_interval = 0
+    shutil.copy2(path, tmp_path / "before-rotation.json")
+    assert gateway.rotate() == 2
+    under_two = gateway.wrap(DEK, AAD)
+    checks = gateway.key_checks()
+    os.replace(tmp_path / "before-rotation.json", path)
+    with pytest.raises(KeyringError, match=r"lacks version\(s\) \[2\]"):
+        gateway.reload()
+    assert gateway.reload() is False  # refused once; the same file is not read again
+    assert gateway.wrap(DEK, AAD).version == 2 and gateway.unwrap(under_two, AAD) == DEK
+    assert gateway.key_checks() == checks
+    with pytest.raises(KeyringError, match="older copy"):
+        gateway.rotate()  # would have reused the number 2 for a new key
+    # another key under a version number it holds is refused as well
+    other = FileKeyring(path)
+    other.rotate()  # the stale file's own "version 2": a different key
+    with pytest.raises(KeyringError, match=r"holds other keys for version\(s\) \[2\]"):
+        gateway.reload()
+    assert gateway.unwrap(under_two, AAD) == DEK
+
+
+def test_key_checks_tell_keys_apart_without_revealing_them(tmp_path):
+    ring = create_keyring(tmp_path / "keyring.json")
+    ring.rotate()
+    checks = ring.key_checks()
+    assert sorted(checks) == [1, 2] and checks[1] != checks[2]
+    assert all(len(c) == 32 for c in checks.values())
+    raw = (tmp_path / "keyring.json").read_text()
+    assert not any(c in raw for c in checks.values())
+    assert FileKeyring(tmp_path / "keyring.json").key_checks() == checks
+
+
 def test_default_keyring_is_created_once(tmp_path):
     default = tmp_path / "config" / "keyring.json"
     kwargs = dict(default_keyring=default, passphrase_salt_store=None, forbidden_dir=tmp_path / "data")

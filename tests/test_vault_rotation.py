@@ -64,7 +64,8 @@ def test_secrets_survive_rotate_rewrap_retire_and_a_restart(tmp_path):
     secrets.put("team/api", b"first", by="root")
     secrets.put("team/api", b"second", by="root")
     # the unsealed bookkeeping stays out of the count (and out of rewrap)
-    store.inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, io.BytesIO(b"{}"), ObjectMeta())
+    store.inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, io.BytesIO(
+        f'{{"kek_id": "{store.keys.kek_id}"}}'.encode()), ObjectMeta())
     vault_objects = [k for b, k in sealed_objects(store.inner) if k.startswith("vault/")]
     assert SEAL_RECORD not in vault_objects and len(vault_objects) == 5
     assert {k.split("/")[1] for k in vault_objects} == {"meta", "data"}

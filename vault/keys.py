@@ -63,7 +63,7 @@ __all__ = [
     "KEY_SIZE", "EnvKeyProvider", "FileKeyring", "KeyProvider", "KeyUnavailable", "KeyringError",
     "KmsKeyProvider", "MemorySaltStore", "MissingKey", "PassphraseKeyProvider", "SaltStore",
     "StaticKeyProvider", "UnwrapError", "VaultError", "WrappedKey", "WrongKey", "create_keyring",
-    "parse_kms_spec", "provider_from_spec", "rewrap",
+    "key_check", "parse_kms_spec", "provider_from_spec", "rewrap",
 ]
 
 log = logging.getLogger("orgmem.vault")
@@ -437,6 +437,29 @@ def _refuse_inside(path: Path, forbidden_dir: Path | None) -> None:
                            "elsewhere and pass --kek file:PATH")
 
 
+def key_check(key: bytes) -> str:
+    """A key check value: tells one KEK version's key from another without revealing it
+    (HMAC-SHA-256 of a fixed label under the key, 128 bits), so a record kept with the data
+    can say which key each version was."""
+    return hmac.new(key, b"orgmem KEK check value 1", hashlib.sha256).hexdigest()[:32]
+
+
+def _check_successor(held: _KeyringState, found: _KeyringState, path: Path) -> None:
+    """A keyring only ever gains versions (a retired one keeps its key): a file that lacks a
+    version in use, or holds another key for one, is an older or another copy put in place
+    (a restored backup, config management), and adopting it would lose the data wrapped
+    under what it lacks, and let a rotation reuse that version's number."""
+    lost = sorted(v for v in held.keys if v not in found.keys)
+    other = sorted(v for v in held.keys if v in found.keys and found.keys[v] != held.keys[v])
+    if lost or other:
+        what = " and ".join(part for part in (
+            f"lacks version(s) {lost}" if lost else "",
+            f"holds other keys for version(s) {other}" if other else "") if part)
+        raise KeyringError(f"the keyring {path} on disk {what} that this gateway holds: it is an "
+                           "older copy or another keyring; the keys in memory stay in use. Put the "
+                           f"current keyring back (it holds versions {sorted(held.keys)})")
+
+
 @dataclass(frozen=True)
 class _KeyringState:
     kek_id: str
@@ -610,6 +633,7 @@ class FileKeyring:
         self._lock = threading.Lock()
         self._state = _load_keyring(self.path)
         self._checked = time.monotonic()
+        self._refused: tuple[int, int, int, int] | None = None  # the file a reload refused
 
     def __repr__(self) -> str:
         return (f"FileKeyring(path={str(self.path)!r}, kek_id={self.kek_id!r}, "
@@ -629,6 +653,10 @@ class FileKeyring:
     def retired_versions(self) -> list[int]:
         s = self._state
         return sorted(v for v in s.keys if s.retired[v])
+
+    def key_checks(self) -> dict[int, str]:
+        """Each version's :func:`key_check` (retired versions included)."""
+        return {v: key_check(k) for v, k in self._state.keys.items()}
 
     def describe(self) -> list[dict[str, Any]]:
         """Every version with its dates and state, without key material (for ``kek status``)."""
@@ -676,13 +704,18 @@ class FileKeyring:
             except FileNotFoundError:
                 raise MissingKey(f"the KEK keyring {self.path} has disappeared; restore it from "
                                  "your backup (the keys in memory stay in use until restart)") from None
-            if _stamp(st) == self._state.stamp:
+            if _stamp(st) in (self._state.stamp, self._refused):
                 return False
             fresh = _load_keyring(self.path)
-            if fresh.kek_id != self._state.kek_id:
-                raise KeyringError(f"the keyring {self.path} was replaced by one of another KEK "
-                                   f"({fresh.kek_id!r} instead of {self._state.kek_id!r}); "
-                                   "refusing to switch KEKs while running")
+            try:
+                if fresh.kek_id != self._state.kek_id:
+                    raise KeyringError(f"the keyring {self.path} was replaced by one of another KEK "
+                                       f"({fresh.kek_id!r} instead of {self._state.kek_id!r}); "
+                                       "refusing to switch KEKs while running")
+                _check_successor(self._state, fresh, self.path)
+            except KeyringError:
+                self._refused = _stamp(st)  # said once, not at every reload
+                raise
             changed = (fresh.primary, fresh.keys, fresh.retired) != \
                 (self._state.primary, self._state.keys, self._state.retired)
             self._state = fresh
@@ -705,6 +738,7 @@ class FileKeyring:
             current = _load_keyring(real)
             if current.kek_id != self._state.kek_id:
                 raise KeyringError(f"the keyring {self.path} now holds another KEK; refusing")
+            _check_successor(self._state, current, self.path)
             new = mutate(current)
             _write_keyring(real, new, exclusive=False)
             st = os.stat(self.path)
