@@ -449,6 +449,34 @@ def test_parquet_reads_back_with_pyarrow_and_duckdb_through_the_gateway(admin, g
     assert json.loads(decided[0]) == {"approved": True}
 
 
+def test_a_listed_segment_still_reads_after_a_merge_replaced_it(admin, gw, root):
+    """A query lists the segments, a compaction merges some of them, then the query reads
+    what it listed: a replaced segment stays readable (not listed) for its grace period.
+    It answered NoSuchKey, and DuckDB's glob failed mid-query."""
+    name, agent, created = new_agent(admin, gw)
+    agent.put_events(transcript(5))
+    root.compact()
+    s3 = s3_client(gw, created["access_key"], created["secret_key"])
+    listed = {o["Key"]: o["ETag"] for o in
+              s3.list_objects_v2(Bucket="biographies", Prefix=f"agent={name}/")["Contents"]}
+    merged = 0
+    for i in range(12):
+        agent.put_events([{"session": "merge", "kind": "note", "content": f"m{i}"}])
+        merged += root.compact()["segments_merged"]
+        now = {o["Key"] for o in s3.list_objects_v2(Bucket="biographies", Prefix=f"agent={name}/")["Contents"]}
+        if not set(listed) <= now:
+            break
+    assert not set(listed) <= now, "no merge replaced the listed segment"
+    for key, etag in listed.items():
+        got = s3.get_object(Bucket="biographies", Key=key)
+        assert got["ETag"] == etag and pq.read_table(pa.BufferReader(got["Body"].read())).num_rows
+        assert s3.head_object(Bucket="biographies", Key=key)["ETag"] == etag
+    other_name, _, other = new_agent(admin, gw)
+    with pytest.raises(ClientError):  # still only for those who may read the agent
+        s3_client(gw, other["access_key"], other["secret_key"]).get_object(
+            Bucket="biographies", Key=next(iter(listed)))
+
+
 def test_retention_drops_old_partitions(admin, gw, root):
     """Expired days go from reads and from search alike (search once kept finding them)."""
     from gateway.search_cli import SearchClient
