@@ -146,6 +146,19 @@ def test_url_password_keeps_user_and_host(red):
     assert n == 2 and _types(out) == ["url_password"] * 2 and "redis://:[REDACTED:" in out and "amqp://svc:[" in out
 
 
+def test_escaped_slashes_hide_neither_webhooks_nor_url_passwords(red):
+    """JSON written with ``\\/`` for ``/`` (PHP's json_encode, Slack's own answers): a raw HTTP
+    body in a tool result, as text and inside data. Both were stored with no redaction."""
+    hook = f"https://hooks.slack.com/{WEBHOOK_PATH}".replace("/", "\\/")
+    dsn = f"postgres://admin:{URL_PASSWORD}@db.internal:5432/app".replace("/", "\\/")
+    for body in (f'{{"url": "{hook}"}}', f'{{"dsn": "{dsn}"}}'):
+        out, n = red.redact_text(f"HTTP/1.1 200 OK\n\n{body}")
+        assert n == 1 and WEBHOOK_PATH.rsplit("/", 1)[-1] not in out and URL_PASSWORD not in out, out
+        text, n = red.redact_json_text(json.dumps({"body": body}, sort_keys=True))
+        assert n == 1 and WEBHOOK_PATH.rsplit("/", 1)[-1] not in text and URL_PASSWORD not in text, text
+    assert red.redact_text("C:\\/\\/dir and http:\\/\\/user:pass@host")[1] == 0
+
+
 def test_url_password_placeholders_stay(red):
     for text in [
         "postgres://user:password@localhost/db",

@@ -441,10 +441,12 @@ RULES: tuple[Rule, ...] = (
         _NB + r"(?:xox[abeoprs]-[A-Za-z0-9-]{10,250}|xapp-\d-[A-Za-z0-9-]{10,250})" + _NA,
         _whole("slack_token", need_digit=True),
     ),
+    # "\/" too (a JSON body written with escaped slashes: PHP, Slack's own answers); the
+    # scanners also take "\\/", that spelling inside JSON text (``data``, before it is decoded)
     _rule(
         "slack_webhook",
-        r"hooks\.slack\.com/",
-        r"hooks\.slack\.com/(?:services|workflows|triggers)/(?P<hook>[A-Za-z0-9_/+-]{20,})",
+        r"hooks\.slack\.com(?:/|\\/|\\\\/)",
+        r"hooks\.slack\.com\\?/(?:services|workflows|triggers)\\?/(?P<hook>(?:[A-Za-z0-9_+-]|\\?/){20,})",
         _group("slack_token", "hook"),
     ),
     _rule(
@@ -469,8 +471,9 @@ RULES: tuple[Rule, ...] = (
     ),
     _rule(
         "url_password",
-        r"://",
-        r"(?<=[A-Za-z0-9])://[^\s:/?#@\"'<>\[\]{}]{0,256}:(?P<pw>[^\s/?#@\"'<>]{1,512})@(?=[A-Za-z0-9\[])",
+        r":(?://|\\/\\/|\\\\/\\\\/)",
+        r"(?<=[A-Za-z0-9]):(?://|\\/\\/)[^\s:/\\?#@\"'<>\[\]{}]{0,256}:(?P<pw>[^\s/?#@\"'<>]{1,512})@"
+        r"(?=[A-Za-z0-9\[])",
         _check_url_password,
     ),
     _keyword_rule(r"p(?:ass(?:w(?:or)?d|phrase)|wd)"),
