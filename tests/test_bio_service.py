@@ -136,3 +136,35 @@ def test_a_batch_larger_than_a_slot_hold_is_redacted_in_several_holds(gw, monkey
     body = b"\n".join(orjson.dumps({"session": "big", "kind": "note", "content": f"e {i}"}) for i in range(30))
     ids = gw.biographies.ingest(validate_batch(body, caller="agent-1", now_us=int(time.time() * 1e6)))
     assert len(ids) == 30 and holds[0] == 5  # 7 + 7 + 7 + 7 + 2
+
+
+def test_large_events_hold_a_slot_each_not_a_thousand_at_a_time(gw, monkeypatch):
+    """Seven events of 2 MB each (dense with credential keywords, redacted at a few MB/s) held
+    one slot for their whole redaction, and two such requests stalled every other agent's
+    append for 25 s. A hold now ends after SLOT_CHARS of text."""
+    holds = []
+    real = service.INGEST_SLOTS
+
+    class Counting:
+        def __enter__(self):
+            holds.append(0)
+            return real.__enter__()
+
+        def __exit__(self, *exc):
+            return real.__exit__(*exc)
+
+    real_redacted = gw.biographies._redacted
+
+    def counted(e):
+        holds[-1] += 1
+        return real_redacted(e)
+
+    monkeypatch.setattr(service, "INGEST_SLOTS", Counting())
+    monkeypatch.setattr(gw.biographies, "_redacted", counted)
+    big = "word " * (service.SLOT_CHARS // 5 + 1)
+    lines = [{"session": "big", "kind": "tool_result", "content": big} for _ in range(3)]
+    lines += [{"session": "big", "kind": "note", "content": "small"} for _ in range(4)]
+    body = b"\n".join(orjson.dumps(line) for line in lines)
+    ids = gw.biographies.ingest(validate_batch(body, caller="agent-1", now_us=int(time.time() * 1e6),
+                                               max_body=16 << 20))
+    assert len(ids) == 7 and holds == [1, 1, 1, 4]

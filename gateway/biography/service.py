@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import orjson
@@ -36,6 +37,10 @@ _DAY = 86400
 INGEST_SLICE = 50_000
 #: Events redacted per hold of a slot (a 50,000-event S3 object does not hold one for long).
 SLOT_EVENTS = 1_000
+#: ... or this much of their content and data: a few events of megabytes each held a slot for
+#: seconds (redaction runs at a few MB/s on text dense with credential keywords), and two such
+#: requests stalled every other agent's append that long.
+SLOT_CHARS = 256 * 1024
 
 
 class Slots:
@@ -148,12 +153,13 @@ class Biographies:
         return [e.event_id for e in events]
 
     def _records(self, events: list[Event]) -> list[BioRecord]:
-        """The redacted log records of ``events``, made in :data:`INGEST_SLOTS`."""
+        """The redacted log records of ``events``, made in :data:`INGEST_SLOTS`, a slot held
+        for at most :data:`SLOT_EVENTS` events or :data:`SLOT_CHARS` of their text."""
         records = []
-        for start in range(0, len(events), SLOT_EVENTS):
+        for chunk in _slot_chunks(events):
             with INGEST_SLOTS:
                 records += [BioRecord(self._redacted(e).to_record(), e.id_assigned, e.id_resent)
-                            for e in events[start:start + SLOT_EVENTS]]
+                            for e in chunk]
         return records
 
     def note(self, events: list[Event]) -> None:
@@ -295,3 +301,18 @@ def _redaction_key(store: ObjectStore) -> bytes:
     found = read_object(store, INTERNAL_BUCKET, REDACTION_KEY)
     assert found is not None
     return found[0]
+
+
+def _slot_chunks(events: list[Event]) -> Iterator[list[Event]]:
+    """``events`` in runs of at most SLOT_EVENTS events or SLOT_CHARS characters of text (a
+    larger event alone)."""
+    chunk: list[Event] = []
+    size = 0
+    for e in events:
+        chunk.append(e)
+        size += len(e.content or "") + len(e.data or "")
+        if len(chunk) >= SLOT_EVENTS or size >= SLOT_CHARS:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
