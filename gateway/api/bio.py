@@ -190,6 +190,9 @@ def _kinds(value: str | None) -> frozenset[str] | None:
     if not value:
         return None
     kinds = frozenset(k.strip() for k in value.split(",") if k.strip())
+    if not kinds:  # "kind=," matched nothing at all
+        raise ApiError("InvalidArgument", f"kind: name one or more kinds ({', '.join(ev.KINDS)}), "
+                       "or leave kind out for all.")
     unknown = sorted(kinds - frozenset(ev.KINDS))
     if unknown:
         raise ApiError("InvalidArgument",

@@ -175,7 +175,7 @@ class Biographies:
             if value is not None:
                 data[name] = value
         event = Event(new_event_id(now), agent, f"s3:{bucket}", now, "artifact", tool=f"s3:{op}",
-                      artifact_uri=f"s3://{bucket}/{key}",
+                      artifact_uri=f"s3://{bucket}/{uri_path(key)}",
                       data=orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode())
         self.note([event])
 
@@ -316,3 +316,11 @@ def _slot_chunks(events: list[Event]) -> Iterator[list[Event]]:
             chunk, size = [], 0
     if chunk:
         yield chunk
+
+
+def uri_path(key: str) -> str:
+    """An object key as the path of an ``s3://`` URI, as event validation takes one: what a URI
+    cannot hold as is (spaces, control characters, a byte a client sent that is not UTF-8) and
+    ``%`` percent-encoded, everything else kept as the key spells it."""
+    return "".join(c if c.isprintable() and not c.isspace() and c != "%" else
+                   "".join(f"%{b:02X}" for b in c.encode("utf-8", "surrogateescape")) for c in key)
