@@ -350,12 +350,13 @@ def test_the_id_cache_keeps_recent_days_and_reads_old_segments_again(store):
     try:
         c = compactor(store, log)
         days = ID_DAYS + 3
-        for day in range(days):  # a partition a day, ten events each
-            log.append([BioRecord(event(day * 10 + i, day=day)) for i in range(10)])
+        for day in range(days):  # a partition a day, ten events each, the days before T0 (past)
+            log.append([BioRecord(event(day * 10 + i, day=-day)) for i in range(10)])
             c.run()
         c.run_once()
         assert sum(len(ids) for ids in c._ids.values()) == 10 * (ID_DAYS + 1)
-        log.append([BioRecord(event(0, day=0))])  # a repeat, late, for the first day
+        oldest = days - 1
+        log.append([BioRecord(event(oldest * 10, day=-oldest))])  # a repeat, late, for the oldest day
         c.run()
         assert sorted(stored_ids(store)) == sorted(f"e{i:06d}" for i in range(10 * days))
         c.run_once()
@@ -443,5 +444,21 @@ def test_pages_never_repeat_a_retried_id(store, session):
         c.run()
         assert sorted(stored_ids(store)) == [f"r{i}" for i in range(6)]
         assert [e.ts for e in paged(c, 1, session=session)] == firsts
+    finally:
+        log.close()
+
+
+def test_one_event_dated_far_ahead_does_not_push_the_recent_days_out_of_the_cache(store):
+    """The days kept were counted back from the newest partition, so one event dated 9999
+    made every run read the id columns of the partitions it touched again."""
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        c = compactor(store, log)
+        log.append([BioRecord(event(i)) for i in range(10)])
+        far = Event("far-ahead", "a", "s", 253402300799_000000, "note", content="dated 9999").to_record()
+        log.append([BioRecord(far)])
+        c.run()
+        c.run_once()
+        assert sum(len(ids) for ids in c._ids.values()) == 11  # T0's ten and 9999's one
     finally:
         log.close()

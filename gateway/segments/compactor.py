@@ -24,7 +24,7 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import date, timedelta
+from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
 from typing import Any, TypeVar
 
@@ -58,8 +58,9 @@ RESTAMPED = frozenset({"bio"})
 
 T = TypeVar("T")
 #: Days of ids kept in memory from segments already written (about 120 bytes an id): those
-#: of partitions dated within this many days of the newest; an older partition's are read
-#: again from its segments when a late record for it comes, and dropped after that run.
+#: of partitions dated within this many days of the newest one up to today; an older
+#: partition's are read again from its segments when a late record for it comes, and dropped
+#: after that run.
 ID_DAYS = 2
 
 #: Decides whether a segment has outlived its retention: (segment, now) -> drop it?
@@ -307,7 +308,9 @@ class Compactor:
         and of those only the recent days' (every day's segments stay current: the cache
         held every id ever compacted)."""
         current = {s.key: s.value("date") or "" for s in manifest.segments}
-        newest = max(current.values(), default="")
+        # the newest day up to today: one event dated 9999 must not push every real day out
+        today = datetime.now(UTC).date().isoformat()
+        newest = max((d for d in current.values() if d <= today), default=max(current.values(), default=""))
         try:
             floor = (date.fromisoformat(newest) - timedelta(days=ID_DAYS)).isoformat()
         except ValueError:  # no dated partitions
