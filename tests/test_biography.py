@@ -507,6 +507,23 @@ def test_retention_drops_old_partitions(admin, gw, root):
         root.set_retention(None, agent=name, reset=True)
 
 
+def test_since_and_until_keep_microseconds_far_in_the_future(admin, gw):
+    """They went through float seconds: past about 2255 a microsecond was lost, so a since at
+    an event's own time missed it and an until let it in."""
+    _, agent, _ = new_agent(admin, gw)
+    times = ["2300-01-01T00:00:00.000001Z", "2300-01-01T00:00:00.000002Z", "2300-01-01T00:00:00.000003Z",
+             "9999-12-31T23:59:59.999999Z"]
+    agent.put_events([{"session": "far", "kind": "note", "ts": t, "event_id": f"f{i}"}
+                      for i, t in enumerate(times)])
+
+    def ids(**q):
+        return [e["event_id"] for e in all_events(agent, session="far", **q)]
+    assert ids(since=times[0]) == ["f0", "f1", "f2", "f3"]
+    assert ids(since=times[1], until=times[2]) == ["f1"]
+    assert ids(since=times[3]) == ["f3"]
+    assert ids(since="10413792000.000002") == ["f1", "f2", "f3"]  # unix seconds, exactly
+
+
 def test_bad_query_input_is_a_clear_error(admin, gw):
     _, agent, _ = new_agent(admin, gw)
     for query, needle in [({"kinds": ["prompts"]}, "unknown kind"), ({"since": "yesterday-ish"}, "since"),
@@ -518,6 +535,10 @@ def test_bad_query_input_is_a_clear_error(admin, gw):
     with pytest.raises(AdminError) as bad:
         admin._request("GET", "/v1/events", query={"limit": "\u00b2"})
     assert bad.value.status == 400 and "limit" in bad.value.message
+    for since in ("9" * 400 + "d", "9" * 5000):  # beyond a float, beyond int64
+        with pytest.raises(AdminError) as bad:
+            admin._request("GET", "/v1/events", query={"since": since})
+        assert bad.value.status == 400 and "out of range" in bad.value.message
     for kinds in (",", " ", ", ,"):  # answered 200 with nothing
         with pytest.raises(AdminError) as bad:
             admin._request("GET", "/v1/events", query={"kind": kinds})

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..biography import events as ev
 from ..biography.query import BadCursor, Filter
 from ..biography.service import INGEST_SLOTS, Biographies
-from ..iam.audit import parse_since
+from ..iam.audit import parse_since_us
 from ..iam.model import RESERVED_NAMES, IdentityError, check_name
 from .rest import ApiError, Call, Reply, Router
 
@@ -205,15 +205,17 @@ def _time(value: str | None, name: str) -> int | None:
     if not value:
         return None
     try:
-        us = parse_since(value, time.time()) * 1_000_000
+        us = parse_since_us(value, time.time())
     except ValueError:
         raise ApiError("InvalidArgument", f"{name}: {_short(value)} is not a time; use RFC 3339 "
                        f"({datetime.now(UTC):%Y-%m-%dT%H:%M:%SZ}), unix seconds, or a duration like "
                        "10m or 7d.") from None
-    if not -(2**63) <= us <= 2**63 - 1:  # also false for inf and nan
+    except OverflowError:  # a duration of more seconds than a float holds
+        us = 2**64
+    if not -(2**63) <= us <= 2**63 - 1:
         raise ApiError("InvalidArgument", f"{name}: {_short(value)} is out of range; a time must lie within "
                        f"{MAX_SECONDS} seconds (about 292,000 years) of 1970-01-01T00:00:00Z.")
-    return int(us)
+    return us
 
 
 def _short(value: str, limit: int = 40) -> str:
