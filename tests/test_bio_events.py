@@ -125,6 +125,10 @@ def test_null_optional_fields_are_absent():
     ("2026-11-30 12:00:00z", NOW),
     (1796040000, NOW),
     (1796040000.25, NOW + 250_000),
+    (1796040000.123456, NOW + 123_456),  # not ...455 (binary floats)
+    (1796040000.9999997, NOW + 999_999),  # truncated like RFC 3339: not the next second
+    (86399.9999999, 86_399_999_999),  # nor the next day's partition
+    (1e-7, 0),
     (0, 0),
 ])
 def test_timestamps(ts, us):

@@ -462,3 +462,20 @@ def test_one_event_dated_far_ahead_does_not_push_the_recent_days_out_of_the_cach
         assert sum(len(ids) for ids in c._ids.values()) == 11  # T0's ten and 9999's one
     finally:
         log.close()
+
+
+def test_retention_applies_to_what_the_same_run_wrote(store):
+    """`orgmem bio compact` "applies retention now": a day past its retention written by that
+    very run stayed until the next one."""
+    log = DurableLog(store, consumers=(CONSUMER,), flush_interval=0.05).start()
+    try:
+        c = compactor(store, log)
+        c.retention = lambda segment, now: segment.value("agent") == "b"
+        log.append([BioRecord(event(i, agent=agent)) for i, agent in enumerate("abab")])
+        result = c.run_once()
+        assert result.retired_by_retention == 1 and [s.value("agent") for s in result.expired] == ["b"]
+        assert [s.value("agent") for s in c.snapshot().manifest.of("bio")] == ["a"]
+        assert sorted(stored_ids(store)) == ["e000000", "e000002"]
+        assert parquet_keys(store) == {s.key for s in c.snapshot().manifest.of("bio")}  # no orphan
+    finally:
+        log.close()

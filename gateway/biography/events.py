@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from decimal import ROUND_FLOOR, Decimal
 
 import orjson
 
@@ -322,7 +323,10 @@ def _ts(v: object, line: int) -> int:
         if v < 0:
             raise EventError(line, "ts", f"must be between 1970-01-01T00:00:00Z and the end of "
                                          f"year 9999 ({_got(v)})")
-        us = v * 1_000_000 if type(v) is int else round(v * 1_000_000)
+        # truncated, as RFC 3339 times are: from the number as written (its shortest repr),
+        # since v * 10**6 in binary rounds 0.123456 down a microsecond or .9999997 up a second
+        us = v * 1_000_000 if type(v) is int else \
+            int((Decimal(repr(v)) * 1_000_000).to_integral_value(ROUND_FLOOR))
     else:
         raise EventError(line, "ts", "must be an RFC 3339 string or unix seconds as a number "
                                      f"({_got(v)})")
