@@ -128,8 +128,9 @@ class KeyRotation:
         if rotate is None:
             raise RotationError(
                 f"the {self.keys.kek_id} KEK is not rotated by the gateway: for aws-kms restart "
-                "with the new key first (--kek aws-kms:NEW,OLD); for env: and passphrase keys, "
-                "move to a file: keyring to rotate", code="NotRotatable")
+                "with the new key first (--kek aws-kms:NEW,OLD); env: and passphrase keys have one "
+                "version and cannot be rotated (choose file: or aws-kms: for a rotatable KEK)",
+                code="NotRotatable")
         with _keyring_errors():
             version = rotate()
         # the seal record learns the new key at once: a restart with a keyring from before
