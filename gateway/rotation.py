@@ -33,7 +33,14 @@ from vault.errors import VaultError
 from vault.keys import WrappedKey
 
 from .logs import log
-from .sealing import REWRAP_CHECKPOINT, SealingError, read_internal, record_key_checks, sealed_objects
+from .sealing import (
+    REWRAP_CHECKPOINT,
+    SealingError,
+    announce_key_check,
+    next_key_version,
+    read_internal,
+    sealed_objects,
+)
 from .secret_store.service import Secrets
 from .store.base import INTERNAL_BUCKET, NoSuchBucket, NoSuchKey, ObjectMeta, StoreError, StoreUnavailable
 from .store.sealed import SealedStore, SealError
@@ -131,16 +138,16 @@ class KeyRotation:
                 "with the new key first (--kek aws-kms:NEW,OLD); env: and passphrase keys have one "
                 "version and cannot be rotated (choose file: or aws-kms: for a rotatable KEK)",
                 code="NotRotatable")
-        with _keyring_errors():
-            version = rotate()
-        # the seal record learns the new key at once: a restart with a keyring from before
-        # this rotation is then refused rather than taking its number for another key
+        inner = self.sealed.inner
         try:
-            record_key_checks(self.sealed.inner, self.keys)
+            # a keyring that is an older copy (another host's, a restored backup) is refused
+            # before it makes a key, and the new number comes after every recorded one
+            at_least = next_key_version(inner, self.keys)
+            with _keyring_errors():
+                return rotate(at_least=at_least,
+                              announce=lambda version, check: announce_key_check(inner, version, check))
         except SealingError as exc:
-            raise RotationError(f"version {version} is primary, but the seal record could not "
-                                f"learn it ({exc}); the next start records it") from None
-        return version
+            raise RotationError(str(exc), code="KeyringConflict", status=409) from None
 
     def retire(self, version: int) -> dict:
         retire = getattr(self.keys, "retire", None)

@@ -47,6 +47,9 @@ SALT_RECORD = "vault/passphrase-salt"
 REWRAP_CHECKPOINT = "vault/rewrap.json"
 #: Set to 1 to seal unsealed objects found beside sealed ones when the seal record is gone.
 ACCEPT_UNSEALED_ENV = "ORGMEM_ACCEPT_UNSEALED"
+#: KEK versions (comma-separated) an operator starts without: every copy of the keyring that
+#: held them is lost. The seal record keeps their check values, so their numbers stay taken.
+ACCEPT_MISSING_ENV = "ORGMEM_ACCEPT_MISSING_KEK_VERSIONS"
 UNSEALED_RECORDS = frozenset({SEAL_RECORD, SALT_RECORD, REWRAP_CHECKPOINT})
 #: How many sealed objects a start looks at to check a KMS key against a seal record written
 #: before it named its KMS keys.
@@ -169,19 +172,69 @@ def _check_key_checks(record: dict, keys: KeyProvider) -> None:
     recorded = _recorded_key_checks(record)
     lost = sorted(v for v in recorded if v not in given)
     other = sorted(v for v, check in recorded.items() if v in given and given[v] != check)
+    accepted = _accepted_missing()
+    if lost and not other and set(lost) <= accepted:
+        log.error("kek_versions_missing", versions=lost,
+                  hint=f"{ACCEPT_MISSING_ENV} is set: data wrapped under these versions cannot be "
+                       "read until a keyring holding them is back; their numbers stay taken")
+        return
     if lost or other:
         what = " and ".join(part for part in (
             f"lacks KEK version(s) {lost}" if lost else "",
             f"holds other keys for version(s) {other}" if other else "") if part)
+        hint = (f" If every copy of a newer keyring is lost, start with {ACCEPT_MISSING_ENV}="
+                f"{','.join(map(str, lost))} to go on without: what those versions wrapped stays "
+                "unreadable" if lost and not other else "")
         raise SealingError(
             f"the keyring {what} that this data was sealed with (versions "
             f"{sorted(recorded)}): it is an older copy or another keyring. Start with the current "
-            "keyring (restore it from backup); nothing was read or written")
+            f"keyring (restore it from backup); nothing was read or written.{hint}")
+
+
+def _accepted_missing() -> set[int]:
+    """The KEK versions an operator said to start without (:data:`ACCEPT_MISSING_ENV`)."""
+    text = os.environ.get(ACCEPT_MISSING_ENV, "")
+    return {int(v) for v in text.split(",") if v.strip().isascii() and v.strip().isdigit()}
+
+
+def next_key_version(inner: ObjectStore, keys: KeyProvider) -> int:
+    """Before a rotation: the keyring holds every version the seal record knows (else it is
+    an older copy, refused with SealingError), and the least number the new version may take,
+    past every recorded one (a version whose keyring is lost keeps its number)."""
+    record = _seal_record(inner)
+    if record is None:
+        return 1
+    _check_key_checks(record, keys)
+    return max(_recorded_key_checks(record), default=0) + 1
+
+
+def announce_key_check(inner: ObjectStore, version: int, check: str) -> None:
+    """Record a new version's key check value before any data is wrapped under it, by
+    compare-and-swap; SealingError when the record holds that version already (another
+    gateway rotated to it meanwhile: rotating again there is the way on)."""
+    for _ in range(8):
+        found = read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)
+        if found is None:
+            return  # no record to keep it in: the next start refuses, or writes one
+        record = _parse_record(found[0])
+        recorded = _recorded_key_checks(record)
+        if version in recorded:
+            raise SealingError(f"KEK version {version} was made meanwhile by another gateway: this "
+                               "keyring is not the current one; nothing was rotated")
+        record["key_checks"] = {str(v): c for v, c in sorted({**recorded, version: check}.items())}
+        try:
+            inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, BytesIO(orjson.dumps(record)),
+                             ObjectMeta(content_type="application/json"),
+                             WriteCondition(if_match=found[1].etag))
+            return
+        except PreconditionFailed:
+            continue
+    raise SealingError(f"the seal record {SEAL_RECORD} keeps changing; nothing was rotated, retry")
 
 
 def record_key_checks(inner: ObjectStore, keys: KeyProvider) -> None:
-    """Add the keyring's versions to the seal record's key checks (at start, and at once after a
-    rotation, before anything is wrapped under the new version), by compare-and-swap."""
+    """Add the keyring's versions to the seal record's key checks at start (a record from
+    before them, or a version added to the keyring file offline), by compare-and-swap."""
     given = _key_checks(keys)
     if given is None:
         return
@@ -404,5 +457,5 @@ def read_internal(store: ObjectStore, key: str) -> bytes | None:
     return found[0] if found is not None else None
 
 
-__all__ = ["MissingKey", "SealingError", "default_keyring", "record_key_checks", "seal",
-           "seal_plaintext"]
+__all__ = ["MissingKey", "SealingError", "announce_key_check", "default_keyring", "next_key_version",
+           "record_key_checks", "seal", "seal_plaintext"]

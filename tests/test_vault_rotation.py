@@ -312,3 +312,31 @@ def test_rewrap_never_undoes_a_metadata_change_made_while_it_ran(tmp_path, monke
     monkeypatch.undo()
     assert store.head_object("b", "k").meta.user == {"mode": "0600"}
     assert read(store, "k") == b"data" and wrapped_version(store, "b", "k") == 2
+
+
+def test_a_gateway_holding_an_older_keyring_copy_cannot_rotate(tmp_path):
+    """Replicas each hold a copy of the keyring. A rotation on one whose copy predates another
+    replica's rotation made a second, different version 2 (and made it primary) before the
+    seal record was asked: what each wrote under "2" the other could not read."""
+    import shutil
+
+    from gateway.sealing import _write_seal_record, announce_key_check
+
+    store = sealed_store(tmp_path)
+    _write_seal_record(store.inner, store.keys)
+    shutil.copy2(tmp_path / "ring.json", tmp_path / "copy.json")
+    other = SealedStore(store.inner, FileKeyring(tmp_path / "copy.json"))  # a second replica
+    assert KeyRotation(store).rotate() == 2
+    before = (tmp_path / "copy.json").read_bytes()
+    with pytest.raises(RotationError) as refused:
+        KeyRotation(other).rotate()
+    assert refused.value.status == 409 and "lacks KEK version(s) [2]" in refused.value.message
+    assert (tmp_path / "copy.json").read_bytes() == before and other.keys.primary_version() == 1
+    # two rotations at once: the number is taken in the seal record before the keyring is written
+    shutil.copy2(tmp_path / "ring.json", tmp_path / "copy.json")
+    racer = SealedStore(store.inner, FileKeyring(tmp_path / "copy.json"))
+    announce_key_check(store.inner, 3, "0" * 32)  # the other replica's rotation lands first
+    before = (tmp_path / "copy.json").read_bytes()
+    with pytest.raises(RotationError) as refused:
+        KeyRotation(racer).rotate()
+    assert refused.value.status == 409 and (tmp_path / "copy.json").read_bytes() == before

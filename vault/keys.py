@@ -749,12 +749,19 @@ class FileKeyring:
                 self._checked = time.monotonic()
             return new
 
-    def rotate(self) -> int:
-        """Add a new random KEK version and make it primary; returns its number. Existing data
-        keys stay wrapped by their versions until rewrapped."""
+    def rotate(self, at_least: int = 1, announce: Callable[[int, str], None] | None = None) -> int:
+        """Add a new random KEK version and make it primary; returns its number: past every
+        version the keyring holds, and at least ``at_least`` (versions the caller knows of
+        elsewhere). ``announce(version, key_check)`` runs before the file is written (the
+        gateway records the new key's check value beside the data, so two rotations on two
+        hosts cannot both take one number); if it raises, nothing changes. Existing data keys
+        stay wrapped by their versions until rewrapped."""
         def mutate(s: _KeyringState) -> _KeyringState:
-            v = max(s.keys) + 1
-            return _KeyringState(s.kek_id, v, {**s.keys, v: os.urandom(KEY_SIZE)},
+            v = max(max(s.keys) + 1, at_least)
+            key = os.urandom(KEY_SIZE)
+            if announce is not None:
+                announce(v, key_check(key))
+            return _KeyringState(s.kek_id, v, {**s.keys, v: key},
                                  {**s.created, v: _now()}, {**s.retired, v: None}, s.stamp)
         return self._change(mutate).primary
 
