@@ -838,12 +838,17 @@ def index_status(ac: Any) -> dict[str, Any]:
 
 
 def wait_index_current(ac: Any, docs: int, cap: float) -> dict[str, Any]:
-    """Poll until the index has read the whole log and holds at least ``docs`` documents."""
+    """Poll until the index has read the whole log and holds at least ``docs`` documents, the
+    same count twice (the status's lag counts a step's objects read before its commit makes
+    their documents count)."""
     deadline = time.monotonic() + cap
+    seen = None
     while True:
         st = index_status(ac)
-        if st.get("lag_objects") == 0 and (st.get("docs") or 0) >= docs:
+        current = st.get("lag_objects") == 0 and (st.get("docs") or 0) >= docs
+        if current and st.get("docs") == seen:
             return st
+        seen = st.get("docs") if current else None
         if time.monotonic() > deadline:
             raise TimeoutError(f"the index did not catch up within {cap:.0f}s: {st.get('lag_objects')} log "
                                f"objects unread, {st.get('docs')} of {docs} documents")

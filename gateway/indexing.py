@@ -146,7 +146,8 @@ class SearchIndex:
         if swept:
             log.info("index_workdirs_removed", count=swept)
         self._backlog = False  # the last step left log records unread
-        self._far_behind = False  # this step catches up (see CATCHUP_STEP_SECONDS)
+        self._far_behind = False  # more than FAR_BEHIND objects waited at the last step
+        self._catching_up = False  # this step catches up (see CATCHUP_STEP_SECONDS)
         self._left_backlog = False  # the last _consume stopped before the end of the log
         self._checkpoint = None
         self._published: Positions = {}
@@ -356,9 +357,10 @@ class SearchIndex:
         changed = fenced = False
         deadline, records, objects = None, 0, 0
         pending = self.log.reader.pending(self.positions, limit)
-        # behind: many objects wait, or the last step could not read all there was
-        self._far_behind = len(pending) > FAR_BEHIND or self._left_backlog
-        seconds, most = ((CATCHUP_STEP_SECONDS, CATCHUP_STEP_RECORDS) if self._far_behind
+        self._far_behind = len(pending) > FAR_BEHIND  # snapshots less often (see _publish)
+        # catching up: that, or the last step could not read all there was
+        self._catching_up = self._far_behind or self._left_backlog
+        seconds, most = ((CATCHUP_STEP_SECONDS, CATCHUP_STEP_RECORDS) if self._catching_up
                          else (STEP_SECONDS, STEP_RECORDS))
         for obj in self.log.reader.read_listed(pending):
             objects += 1
