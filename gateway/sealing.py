@@ -15,7 +15,7 @@ import getpass
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from io import BytesIO
 from pathlib import Path
 
@@ -212,24 +212,16 @@ def announce_key_check(inner: ObjectStore, version: int, check: str) -> None:
     """Record a new version's key check value before any data is wrapped under it, by
     compare-and-swap; SealingError when the record holds that version already (another
     gateway rotated to it meanwhile: rotating again there is the way on)."""
-    for _ in range(8):
-        found = read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)
-        if found is None:
-            return  # no record to keep it in: the next start refuses, or writes one
-        record = _parse_record(found[0])
+    def add(record: dict) -> bool:
         recorded = _recorded_key_checks(record)
         if version in recorded:
             raise SealingError(f"KEK version {version} was made meanwhile by another gateway: this "
                                "keyring is not the current one; nothing was rotated")
         record["key_checks"] = {str(v): c for v, c in sorted({**recorded, version: check}.items())}
-        try:
-            inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, BytesIO(orjson.dumps(record)),
-                             ObjectMeta(content_type="application/json"),
-                             WriteCondition(if_match=found[1].etag))
-            return
-        except PreconditionFailed:
-            continue
-    raise SealingError(f"the seal record {SEAL_RECORD} keeps changing; nothing was rotated, retry")
+        return True
+
+    # no record to keep it in: the next start refuses, or writes one
+    _update_record(inner, add, missing=None)
 
 
 def record_key_checks(inner: ObjectStore, keys: KeyProvider) -> None:
@@ -238,25 +230,15 @@ def record_key_checks(inner: ObjectStore, keys: KeyProvider) -> None:
     given = _key_checks(keys)
     if given is None:
         return
-    for _ in range(8):
-        found = read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)
-        if found is None:
-            return  # none to complete: the next start refuses, or writes one (seal)
-        record = _parse_record(found[0])
+
+    def merge(record: dict) -> bool:
         _check_record(record, keys)  # again: another gateway may have changed it meanwhile
         recorded = _recorded_key_checks(record)
         merged = {**recorded, **given}
-        if merged == recorded:
-            return
         record["key_checks"] = {str(v): check for v, check in sorted(merged.items())}
-        try:
-            inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, BytesIO(orjson.dumps(record)),
-                             ObjectMeta(content_type="application/json"),
-                             WriteCondition(if_match=found[1].etag))
-            return
-        except PreconditionFailed:
-            continue  # another gateway changed the record first: read it again
-    raise SealingError(f"the seal record {SEAL_RECORD} keeps changing; retry")
+        return merged != recorded
+
+    _update_record(inner, merge, missing=None)
 
 
 def _kms_keys(keys: KeyProvider) -> dict[int, str] | None:
@@ -285,13 +267,10 @@ def _record_kms_keys(sealed: SealedStore) -> None:
     """Add the KMS keys this start uses to the seal record (a new key listed first at rotation
     becomes a recorded version), by compare-and-swap. A record written before it named KMS keys
     is checked first against the data itself: a sealed object is opened with the given keys."""
-    inner, keys = sealed.inner, sealed.keys
+    keys = sealed.keys
     given = _kms_keys(keys) or {}
-    for _ in range(8):
-        found = read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)
-        if found is None:
-            raise SealingError(f"the seal record {SEAL_RECORD} disappeared while starting; restart")
-        record = _parse_record(found[0])
+
+    def merge(record: dict) -> bool:
         _check_record(record, keys)  # again: another gateway may have changed it meanwhile
         recorded = _recorded_kms_keys(record)
         if recorded is None:
@@ -299,8 +278,27 @@ def _record_kms_keys(sealed: SealedStore) -> None:
             recorded = {}
         merged = {**recorded, **given}
         if merged == recorded and "kms_keys" in record:
-            return
+            return False
         record["kms_keys"] = {str(v): arn for v, arn in sorted(merged.items())}
+        return True
+
+    _update_record(sealed.inner, merge,
+                   missing=f"the seal record {SEAL_RECORD} disappeared while starting; restart")
+
+
+def _update_record(inner: ObjectStore, change: Callable[[dict], bool], missing: str | None) -> None:
+    """Change the seal record by compare-and-swap: ``change`` edits it in place and says
+    whether there is anything to write; run again on the record another gateway wrote first.
+    Without a record, SealingError(``missing``), or nothing when ``missing`` is None."""
+    for _ in range(8):
+        found = read_object(inner, INTERNAL_BUCKET, SEAL_RECORD)
+        if found is None:
+            if missing is not None:
+                raise SealingError(missing)
+            return
+        record = _parse_record(found[0])
+        if not change(record):
+            return
         try:
             inner.put_object(INTERNAL_BUCKET, SEAL_RECORD, BytesIO(orjson.dumps(record)),
                              ObjectMeta(content_type="application/json"),
@@ -308,7 +306,7 @@ def _record_kms_keys(sealed: SealedStore) -> None:
             return
         except PreconditionFailed:
             continue  # another gateway changed the record first: read it again
-    raise SealingError(f"the seal record {SEAL_RECORD} keeps changing while starting; restart")
+    raise SealingError(f"the seal record {SEAL_RECORD} keeps changing; retry")
 
 
 def _probe_kms(sealed: SealedStore, given: dict[int, str]) -> None:
