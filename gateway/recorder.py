@@ -52,6 +52,9 @@ class Outcome:
     recorded: bool = False
 
 
+DENIED = "AccessDenied"
+
+
 class Recorder:
     def __init__(self, audit: AuditLog, metrics: Metrics) -> None:
         self.audit = audit
@@ -60,7 +63,9 @@ class Recorder:
     def record(self, outcome: Outcome, seconds: float, durable: bool = False) -> bool:
         """Audit and count one request; False when a durable record could not be stored."""
         outcome.recorded = True
-        allowed = outcome.decision is not None and outcome.decision.allowed
+        # a refusal made inside the operation (a per-item check, a sandbox key's limits) comes
+        # after a route check that allowed: it is a denial all the same
+        allowed = outcome.decision is not None and outcome.decision.allowed and outcome.error != DENIED
         record = AuditRecord(
             time=time.time(), request_id=outcome.request_id,
             principal=outcome.principal.name if outcome.principal else None,
@@ -96,7 +101,10 @@ def claimed_key(outcome: Outcome) -> str | None:
 
 def _reason(outcome: Outcome) -> str:
     if outcome.decision is not None:
-        return decision_reason(outcome.decision, outcome.items_denied)
+        reason = decision_reason(outcome.decision, outcome.items_denied)
+        if outcome.decision.allowed and outcome.error == DENIED:
+            reason += "; then refused by the operation (AccessDenied)"
+        return reason
     if outcome.principal is None or outcome.principal.disabled or outcome.error == "ExpiredToken":
         return f"authentication: {outcome.error or 'failed'}"
     return f"rejected before authorization: {outcome.error or 'invalid request'}"

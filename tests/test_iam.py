@@ -768,3 +768,22 @@ def test_names_may_not_end_in_a_newline(admin):
         with pytest.raises(AdminError) as refused:
             attempt()
         assert refused.value.status in (400, 404)
+
+
+def test_refusals_made_inside_an_operation_are_audited_as_denials(gw, admin, secrets_seen):
+    """The route check allows per-item operations and the item check refuses later (a
+    memory-bucket GET a Deny covers, search with every search:Query denied): those 403s were
+    audited with decision "allow", so `audit query --denied` and the denied metric missed them."""
+    admin.put_policy("hide-memory", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Action": ["memory:GetDocument", "search:Query"], "Resource": "*"}]})
+    hider = new_agent(admin, secrets_seen, "hider", policies=["agent-default", "hide-memory"])
+    denied(lambda: agent_client(gw, hider).get_object(Bucket="memory", Key="org/some-rule.json"))
+    with pytest.raises(AdminError) as refused:
+        AdminClient(gw.endpoint, hider["access_key"], hider["secret_key"])._request(
+            "GET", "/v1/search", query={"q": "anything"})
+    assert refused.value.status == 403
+    records = admin.audit(principal="hider", limit=100)["records"]
+    forbidden = [r for r in records if r["status"] == 403]
+    assert len(forbidden) == 2 and all(r["decision"] == "deny" for r in forbidden)
+    assert all("refused by the operation" in r["reason"] for r in forbidden)
+    assert admin.audit(principal="hider", denied=True, limit=100)["records"] == forbidden
