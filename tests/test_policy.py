@@ -262,6 +262,26 @@ def test_pathological_wildcards_do_not_backtrack():
     assert ps.evaluate("s3:GetObject", "arn:aws:s3:::b/" + "a" * 1000 + "b").allowed
 
 
+def test_covers_all_under_agrees_with_the_plain_translation_and_does_not_backtrack():
+    """``covers_all_under`` (search and per-prefix answers) matched a glob's head with ``.*``
+    per star: a policy's ``*a*a*a*a*/?`` against a bucket name of many ``a`` held the GIL for
+    seconds to minutes. Its atomic form must answer exactly as the plain one."""
+    from gateway.iam.authz import covers_all_under
+
+    def units(pattern: str):
+        return tuple(None if c == "*" else "" if c == "?" else c for c in pattern)
+
+    rng = random.Random(11)
+    for _ in range(5000):
+        pattern = "".join(rng.choice("ab*?/") for _ in range(rng.randint(0, 8))) + "*"
+        prefix = "".join(rng.choice("ab/") for _ in range(rng.randint(0, 9)))
+        head = "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern[:-1])
+        expected = re.match(head, prefix, re.DOTALL) is not None
+        assert covers_all_under(units(pattern), prefix) is expected, (pattern, prefix)
+    evil = units("arn:aws:s3:::" + "*a" * 12 + "*/?*")
+    assert covers_all_under(evil, "arn:aws:s3:::" + "a" * 60 + "/") is False
+
+
 def test_not_action():
     p = doc({"Effect": "Allow", "NotAction": ["vault:*", "admin:*"], "Resource": "*"})
     assert allowed(p, "s3:PutObject", "arn:aws:s3:::b/k")

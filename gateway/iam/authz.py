@@ -123,8 +123,18 @@ def covers_all_under(glob: Glob, prefix: str) -> bool:
 
 @functools.lru_cache(maxsize=4096)
 def _head_pattern(units: Glob) -> re.Pattern[str]:
-    return re.compile("".join(".*" if unit is None else "." if unit == "" else re.escape(unit)
-                              for unit in units), re.DOTALL)
+    """A regex whose ``match`` says whether ``units`` match some start of a string. Each
+    segment between stars is placed at its leftmost occurrence, atomically: that never loses
+    a match of a start, and a policy's ``*a*a*a*a*/?`` against a caller's bucket name of many
+    ``a`` no longer backtracks for minutes with the GIL held (``.*`` per star did)."""
+    segments: list[str] = [""]
+    for unit in units:
+        if unit is None:
+            segments.append("")
+        else:
+            segments[-1] += "." if unit == "" else re.escape(unit)
+    first, *rest = segments
+    return re.compile(first + "".join(f"(?>.*?{segment})" for segment in rest if segment), re.DOTALL)
 
 
 def reason(decision: Decision, items_denied: int = 0) -> str:
