@@ -890,5 +890,16 @@ def _glob(pattern: str) -> tuple:
 def test_a_deny_that_may_take_some_resource_under_a_prefix_is_found(deny, not_resource, expected):
     from gateway.iam.authz import denies_some_under
 
-    assert denies_some_under([(_glob(deny), not_resource)], "arn:orgmem:bio:::alice/") is expected
+    assert denies_some_under([((_glob(deny),), not_resource)], "arn:orgmem:bio:::alice/") is expected
     assert denies_some_under([], "arn:orgmem:bio:::alice/") is False
+
+
+def test_a_not_resource_deny_of_several_patterns_keeps_what_any_of_them_covers():
+    """A NotResource Deny takes all but the union of its patterns: ``alice/*`` among them keeps
+    all of alice (it was judged pattern by pattern, and ``bob/*`` alone "denied some")."""
+    from gateway.iam.authz import denies_some_under
+
+    both = ((_glob("arn:orgmem:bio:::bob/*"), _glob("arn:orgmem:bio:::alice/*")), True)
+    assert denies_some_under([both], "arn:orgmem:bio:::alice/") is False
+    assert denies_some_under([both], "arn:orgmem:bio:::carol/") is True
+    assert denies_some_under([((), True)], "arn:orgmem:bio:::alice/") is True  # no pattern left

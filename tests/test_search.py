@@ -283,6 +283,29 @@ def test_what_a_not_resource_allow_leaves_out_another_allow_may_grant_back(gw, a
     assert narrowed["count"] == 1
 
 
+def test_a_not_resource_deny_of_several_patterns_hides_only_what_none_of_them_names(gw, admin, root):
+    """"Read only org, my teams and my own": a Deny with NotResource of several patterns
+    became one inverted exclusion per pattern, which together left only what every pattern
+    matched: nothing. GET allowed the documents; search found none of them."""
+    w = word()
+    name, team_a, team_b, other = uid("nr"), uid("ta"), uid("tb"), uid("tc")
+    for team in (team_a, team_b, other):
+        admin.create_team(team)
+    keys = admin.create_agent(name, teams=[team_a, team_b])
+    admin.put_policy(f"{name}-only", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Action": "memory:GetDocument",
+         "NotResource": ["arn:orgmem:memory:::org/*", "arn:orgmem:memory:::team/${orgmem:teams}/*",
+                         "arn:orgmem:memory:::agent/${aws:username}/*"]}]})
+    admin.attach_policy(f"{name}-only", agent=name)
+    memory = MemoryClient(gw.endpoint, gw.access_key, gw.secret_key)
+    for scope in ("org", f"team:{team_a}", f"team:{team_b}", f"team:{other}"):
+        memory.put(scope, f"rule-{w}", {"kind": "fact", "title": f"Rule {w}", "body": f"The {w} rule."})
+    wait_for(lambda: root.search(w)["count"] == 4, "every item, for the root")
+    found = searcher(gw, keys["access_key"], keys["secret_key"]).search(w, limit=10)
+    assert found["count"] == 3, found
+    assert {h["scope"] for h in found["hits"]} == {"org", f"team:{team_a}", f"team:{team_b}"}
+
+
 # -- hostile input ----------------------------------------------------------------------------------
 
 

@@ -46,7 +46,8 @@ class Authorizer:
     def allows(self, principal: Principal, action: str, resource: str, context: Context) -> bool:
         return self.decide(principal, action, resource, context).allowed
 
-    def denials(self, principal: Principal, action: str, context: Context) -> list[tuple[Glob, bool]]:
+    def denials(self, principal: Principal, action: str, context: Context
+                ) -> list[tuple[tuple[Glob, ...], bool]]:
         """The explicit Denies of ``action`` that apply in ``context`` (see ``PolicySet.denials``)."""
         if principal.is_root:
             return []
@@ -87,15 +88,15 @@ class Authorizer:
         return denies_some_under(self.denials(principal, action, context), prefix)
 
 
-def denies_some_under(denials: list[tuple[Glob, bool]], prefix: str) -> bool:
+def denies_some_under(denials: list[tuple[tuple[Glob, ...], bool]], prefix: str) -> bool:
     """Whether any of ``denials`` (see ``Authorizer.denials``) may take away some resource
-    that starts with ``prefix``. Conservative: True whenever a pattern might, so a caller
+    that starts with ``prefix``. Conservative: True whenever a statement might, so a caller
     that must serve all resources under ``prefix`` or none refuses rather than leaks."""
-    for glob, not_resource in denials:
-        if not_resource:
-            if not covers_all_under(glob, prefix):  # it denies what the pattern leaves out
+    for globs, not_resource in denials:
+        if not_resource:  # it denies what its patterns leave out: nothing here if one covers it all
+            if not any(covers_all_under(glob, prefix) for glob in globs):
                 return True
-        elif _may_match_under(glob, prefix):
+        elif any(_may_match_under(glob, prefix) for glob in globs):
             return True
     return False
 

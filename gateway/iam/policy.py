@@ -676,12 +676,13 @@ class PolicySet:
         return Decision(False, "implicit-deny", None, refs, self._implicit(action, resource))
 
     def denials(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
-                ) -> list[tuple[Glob, bool]]:
+                ) -> list[tuple[tuple[Glob, ...], bool]]:
         """What an explicit Deny takes from ``action`` in this request's ``context``, whatever the
-        resource: ``(pattern, not_resource)`` per resource pattern of each Deny statement that
-        covers the action and whose conditions hold. A search turns them into exclusions, so a
-        Deny inside a granted scope leaves no trace in counts."""
-        return self._patterns(action, context, deny=True)
+        resource: ``(patterns, not_resource)`` per Deny statement that covers the action and
+        whose conditions hold. Kept per statement: a NotResource Deny takes all but the union
+        of its patterns (taking all but each one would leave only what they all match). A search
+        turns them into exclusions, so a Deny inside a granted scope leaves no trace in counts."""
+        return [(st.globs, st.not_resource) for st in self._applying(action, context, deny=True)]
 
     def allowances(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
                    ) -> list[tuple[Glob, bool]]:
@@ -695,13 +696,15 @@ class PolicySet:
 
     def _patterns(self, action: str, context: Mapping[str, str | Sequence[str]] | None,
                   deny: bool) -> list[tuple[Glob, bool]]:
+        return [(glob, st.not_resource) for st in self._applying(action, context, deny) for glob in st.globs]
+
+    def _applying(self, action: str, context: Mapping[str, str | Sequence[str]] | None,
+                  deny: bool) -> list[_Compiled]:
+        """The Deny (or Allow) statements covering ``action`` whose conditions hold in ``context``."""
         context = context or {}
-        out: list[tuple[Glob, bool]] = []
-        for st in self._by_action.get(action) or self._candidates(action):
-            if st.deny == deny and (not st.tests
-                                    or all(t.holds(self._values(t.key, context)) for t in st.tests)):
-                out.extend((glob, st.not_resource) for glob in st.globs)
-        return out
+        return [st for st in self._by_action.get(action) or self._candidates(action)
+                if st.deny == deny and (not st.tests
+                                        or all(t.holds(self._values(t.key, context)) for t in st.tests))]
 
     def _candidates(self, action: str) -> tuple[_Compiled, ...]:
         """Statements whose Action/NotAction covers ``action``; cached, so only known actions are accepted."""
@@ -744,7 +747,7 @@ class SessionPolicySet:
         self.label = label
 
     def denials(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None
-                ) -> list[tuple[Glob, bool]]:
+                ) -> list[tuple[tuple[Glob, ...], bool]]:
         return self.identity.denials(action, context) + self.session.denials(action, context)
 
     def allowance_sets(self, action: str, context: Mapping[str, str | Sequence[str]] | None = None

@@ -101,6 +101,15 @@ def glob_regex(glob: Glob) -> str:
                    for unit in glob)
 
 
+def _denial(kind: str, globs: tuple[Glob, ...], not_resource: bool) -> Exclusion:
+    """One Deny statement's exclusion: what its patterns match, or with NotResource all but
+    what any of them matches (all of the type when none is left, e.g. ``${orgmem:teams}`` of an
+    agent in no team)."""
+    if not globs:
+        return Exclusion(kind, glob_regex((None,)), False)
+    return Exclusion(kind, "|".join(f"(?:{glob_regex(glob)})" for glob in globs), not_resource)
+
+
 def is_workspace_bucket(name: str) -> bool:
     """User buckets: not the gateway's internal bucket nor a memory feature's view."""
     return not name.startswith(".") and name not in RESERVED_BUCKETS
@@ -159,8 +168,9 @@ class AccessTokens:
             return Access(frozenset())
         types = self.types(principal, context)
         denials, narrowings = self.authorizer.denials, self.authorizer.narrowings
-        exclusions = [Exclusion(t, glob_regex(glob), not_resource) for t in types
-                      for glob, not_resource in denials(principal, READ_ACTIONS[t], context)]
+        exclusions = [_denial(t, globs, not_resource) for t in types
+                      for globs, not_resource in denials(principal, READ_ACTIONS[t], context)
+                      if globs or not_resource]
         # an Allow with NotResource grants its scopes all but what it names: that is taken out,
         # unless another Allow of the same policies grants it back (finance's own documents)
         exclusions += [Exclusion(t, glob_regex(glob), False, tuple(glob_regex(g) for g in unless))
