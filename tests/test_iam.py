@@ -787,3 +787,24 @@ def test_refusals_made_inside_an_operation_are_audited_as_denials(gw, admin, sec
     assert len(forbidden) == 2 and all(r["decision"] == "deny" for r in forbidden)
     assert all("refused by the operation" in r["reason"] for r in forbidden)
     assert admin.audit(principal="hider", denied=True, limit=100)["records"] == forbidden
+
+
+def test_a_team_with_members_cannot_be_deleted(gw, admin, secrets_seen):
+    """Deleting a team took its policies, a Deny among them, from every member: admin:DeleteTeam
+    alone undid what removing a member or detaching the policy would each have been refused."""
+    admin.put_policy("quarantine-deny", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Action": "s3:GetObject", "Resource": "*"}]})
+    admin.create_team("quarantine", policies=["quarantine-deny"])
+    inmate = new_agent(admin, secrets_seen, "inmate", teams=["quarantine"])
+    s3 = agent_client(gw, inmate)
+    s3.create_bucket(Bucket="agent-inmate")
+    s3.put_object(Bucket="agent-inmate", Key="k", Body=b"data")
+    denied(lambda: s3.get_object(Bucket="agent-inmate", Key="k"))
+    with pytest.raises(AdminError) as refused:
+        admin.delete_team("quarantine")
+    assert refused.value.status == 409 and refused.value.code == "DeleteConflict"
+    assert "inmate" in refused.value.message and "team remove quarantine" in refused.value.message
+    denied(lambda: s3.get_object(Bucket="agent-inmate", Key="k"))  # the Deny still holds
+    admin.remove_member("quarantine", "inmate")
+    admin.delete_team("quarantine")
+    assert s3.get_object(Bucket="agent-inmate", Key="k")["Body"].read() == b"data"

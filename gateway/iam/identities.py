@@ -395,11 +395,16 @@ class IdentityStore:
         return self._update(change)
 
     def delete_team(self, name: str) -> None:
+        """Refused while the team has members (as AWS's DeleteGroup is): deleting it would
+        take its policies, a Deny among them, from every member, which removing a member
+        (admin:UpdateAgent on it) or detaching (admin:UpdateTeam) is needed for."""
         def change(state: Identities) -> None:
             self._team(state, name)
-            for agent in state.agents.values():
-                if name in agent.teams:
-                    agent.teams.remove(name)
+            members = sorted(a.name for a in state.agents.values() if name in a.teams)
+            if members:
+                shown = ", ".join(members[:5]) + (f" and {len(members) - 5} more" if len(members) > 5 else "")
+                raise DeleteConflict(f"Team {name!r} still has members ({shown}): remove them first "
+                                     f"(orgmem admin team remove {name} AGENT).")
             del state.teams[name]
         self._update(change)
 
