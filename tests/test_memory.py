@@ -371,6 +371,29 @@ def test_duplicates_are_refused_naming_the_existing_one(root):
                                    "body": "Only *.corp traffic goes through it."})
 
 
+def test_a_duplicate_the_caller_may_not_read_is_not_named(admin, gw, root):
+    """The 409 named (and so confirmed) a document the caller is denied reading: guessed text
+    was checked against it, and its id came back."""
+    secret = uid("board")
+    root.put("org", secret, {"kind": "decision", "title": "Board pay wombat", "body": "A bonus, v2."})
+    name, guesser, keys = new_agent(admin, gw)
+    admin.put_policy(f"{name}-writes", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "memory:PutDocument", "Resource": "arn:orgmem:memory:::org/*"},
+        {"Effect": "Deny", "Action": "memory:GetDocument", "Resource": f"arn:orgmem:memory:::org/{secret}"}]})
+    admin.attach_policy(f"{name}-writes", agent=name)
+    guess = {"kind": "decision", "title": "board PAY  wombat", "body": "A bonus, v2."}
+    with pytest.raises(AdminError) as dup:
+        guesser.put("org", uid("guess"), guess)
+    assert dup.value.status == 409 and secret not in dup.value.message
+    with pytest.raises(ClientError) as through_s3:
+        s3(gw, keys["access_key"], keys["secret_key"]).put_object(
+            Bucket="memory", Key=f"org/{uid('guess')}.json", Body=json.dumps(guess).encode())
+    assert secret not in str(through_s3.value)
+    with pytest.raises(AdminError) as named:  # one who may read it is told which it is
+        root.put("org", uid("guess"), guess)
+    assert secret in named.value.message
+
+
 # -- reading for an agent -----------------------------------------------------------------
 
 

@@ -25,7 +25,7 @@ from ..iam.model import IdentityError, check_name
 from ..memory import digest
 from ..memory import documents as d
 from ..memory.documents import DocumentError, Scope
-from ..memory.service import Memory, Stored
+from ..memory.service import HIDDEN_DUPLICATE, Memory, Stored
 from .rest import ApiError, Call, PerItem, Reply, Router
 
 ARN = "arn:orgmem:memory:::"
@@ -177,13 +177,13 @@ class MemoryApi:
     def put(self, call: Call) -> Reply:
         scope, doc_id = self._where(call)
         existed = self.memory.get(scope, doc_id) is not None
-        stored = self._saying_nothing_stored(lambda: self.memory.put(
+        stored = self._saying_nothing_stored(call, lambda: self.memory.put(
             call.principal.name, scope, doc_id, self._body(call), _if_match(call), _if_none_match(call)))
         return _reply(stored, status=200 if existed else 201)
 
     def supersede(self, call: Call) -> Reply:
         scope, doc_id = self._where(call)
-        new, old = self._saying_nothing_stored(lambda: self.memory.supersede(
+        new, old = self._saying_nothing_stored(call, lambda: self.memory.supersede(
             call.principal.name, scope, doc_id, self._body(call), if_match=_if_match(call)))
         return _reply(new, {"document": new.doc, "superseded": old.doc}, status=201)
 
@@ -192,12 +192,14 @@ class MemoryApi:
         return _reply(self.memory.retract(call.principal.name, scope, doc_id, _if_match(call)))
 
     @staticmethod
-    def _saying_nothing_stored(action):
+    def _saying_nothing_stored(call: Call, action):
         try:
             return action()
         except DocumentError as exc:
             if exc.status in (400, 413):
                 raise ApiError(exc.code, f"{str(exc).rstrip('.')}; nothing was stored.", exc.status) from None
+            if exc.names is not None and not call.permits("memory:GetDocument", arn(*exc.names)):
+                raise ApiError(exc.code, HIDDEN_DUPLICATE, exc.status) from None
             raise
 
     # -- reading ----------------------------------------------------------------
@@ -304,5 +306,6 @@ class MemoryApi:
         for v in versions:
             if not isinstance(v, dict):
                 raise ApiError("InvalidDocument", "every version must be a JSON object.")
-        written, skipped = self._saying_nothing_stored(lambda: self.memory.restore(scope, doc_id, versions))
+        written, skipped = self._saying_nothing_stored(
+            call, lambda: self.memory.restore(scope, doc_id, versions))
         return Reply(200, {"scope": str(scope), "id": doc_id, "written": written, "skipped": skipped})

@@ -72,7 +72,9 @@ T = TypeVar("T")
 
 
 def new_key_pair(now: float) -> AccessKey:
-    access = "OM" + "".join(secrets.choice(_KEY_ALPHABET) for _ in range(18))
+    # never "OMS...", which marks a temporary key to a person reading a log
+    access = "OM" + secrets.choice(_KEY_ALPHABET.replace("S", "")) + \
+        "".join(secrets.choice(_KEY_ALPHABET) for _ in range(17))
     return AccessKey(access, secrets.token_urlsafe(30)[:40], now)
 
 

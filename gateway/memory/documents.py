@@ -54,9 +54,13 @@ MAX_RATIONALE = 16 * 1024
 class DocumentError(ValueError):
     """A document that cannot be stored; the message names the field."""
 
-    def __init__(self, message: str, code: str = "InvalidDocument", status: int = 400) -> None:
+    def __init__(self, message: str, code: str = "InvalidDocument", status: int = 400,
+                 names: tuple[Scope, str] | None = None) -> None:
         super().__init__(message)
         self.code, self.status = code, status
+        #: the other document the message names (a duplicate's holder), for the caller to
+        #: hide when it may not read that document
+        self.names = names
 
 
 # -- scopes ----------------------------------------------------------------------------

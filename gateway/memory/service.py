@@ -89,8 +89,13 @@ def split_current_key(key: str) -> tuple[Scope, str] | None:
         return None
 
 
-def _conflict(message: str) -> DocumentError:
-    return DocumentError(message, "Conflict", 409)
+def _conflict(message: str, names: tuple[Scope, str] | None = None) -> DocumentError:
+    return DocumentError(message, "Conflict", 409, names)
+
+
+#: What a caller is told of a duplicate it may not read: not which document it is.
+HIDDEN_DUPLICATE = ("A document you may not read in this scope already has this title and body; "
+                    "nothing was stored.")
 
 
 def _precondition(message: str) -> DocumentError:
@@ -545,12 +550,12 @@ class Memory:
         if other is None or other.version < int(holder["version"]):
             if self.clock() - float(holder["at"]) < CLAIM_GRACE:
                 raise _conflict(f"A document with the same title and body is being written as "
-                                f"{scope}/{holder['id']}; update that one instead.")
+                                f"{scope}/{holder['id']}; update that one instead.", (scope, holder["id"]))
             return
         seen = self.resolved(other)
         if seen["status"] == "active" and d.fingerprint(seen) == fingerprint:
             raise _conflict(f"duplicate of {scope}/{holder['id']}: an active document in {scope} already "
-                            "has this title and body; update or supersede it instead.")
+                            "has this title and body; update or supersede it instead.", (scope, holder["id"]))
 
     # -- import -----------------------------------------------------------------------------
 
