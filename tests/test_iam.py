@@ -808,3 +808,12 @@ def test_a_team_with_members_cannot_be_deleted(gw, admin, secrets_seen):
     admin.remove_member("quarantine", "inmate")
     admin.delete_team("quarantine")
     assert s3.get_object(Bucket="agent-inmate", Key="k")["Body"].read() == b"data"
+
+
+def test_lasting_keys_never_look_temporary():
+    """About one lasting key in 36 began "OMS", the mark of a sandbox key in logs."""
+    from gateway.iam.identities import new_key_pair, new_temporary_key
+
+    keys = [new_key_pair(0).access_key for _ in range(3000)]
+    assert all(len(k) == 20 and k.startswith("OM") and not k.startswith("OMS") for k in keys)
+    assert new_temporary_key(0, 60, None, None).access_key.startswith("OMS")
