@@ -142,16 +142,19 @@ def filter_clauses(schema: tantivy.Schema, filters: Filters) -> list[tantivy.Que
 
 @dataclass(frozen=True)
 class Exclusion:
-    """Entries of ``type`` the caller may not read, by a pattern over their ``resource``.
+    """Entries of ``type`` the caller may not read, by patterns over their ``resource``.
 
     Tokens grant whole scopes; an exclusion takes out what a narrower rule denies inside
-    one (a policy's Deny on ``org/board-*``), so counts and pages stay exact. ``pattern``
-    is a Tantivy regex matched against the whole resource (see :func:`regex_literal`);
-    ``inverted`` excludes the entries that do *not* match it (a Deny with NotResource).
+    one (a policy's Deny on ``org/board-*``), so counts and pages stay exact. Each of
+    ``patterns`` is a Tantivy regex matched against the whole resource (see
+    :func:`regex_literal`), and an entry matches when any does; ``inverted`` excludes the
+    entries that match none (a Deny with NotResource: all but the union of its patterns).
+    Each pattern is its own regex query: one alternation of them all can pass the 1,000
+    states Tantivy compiles a regex into.
     """
 
     type: str
-    pattern: str
+    patterns: tuple[str, ...]
     inverted: bool = False
     #: patterns of resources readable all the same (granted by another Allow): not excluded
     unless: tuple[str, ...] = ()
@@ -170,7 +173,12 @@ def exclusion_clauses(schema: tantivy.Schema, exclusions: Iterable[Exclusion]) -
             raise QueryError(f"exclusion: type {ex.type!r} is not one of {', '.join(TYPES)}")
         of_type = tantivy.Query.term_query(schema, "type", ex.type, index_option="basic")
         occur = tantivy.Occur.MustNot if ex.inverted else tantivy.Occur.Must
-        parts = [(tantivy.Occur.Must, of_type), (occur, _resource_regex(schema, ex.pattern))]
+        if not ex.patterns:
+            raise QueryError("exclusion: at least one pattern is needed")
+        matches = [_resource_regex(schema, pattern) for pattern in ex.patterns]
+        matched = matches[0] if len(matches) == 1 else \
+            tantivy.Query.boolean_query([(tantivy.Occur.Should, m) for m in matches])
+        parts = [(tantivy.Occur.Must, of_type), (occur, matched)]
         parts += [(tantivy.Occur.MustNot, _resource_regex(schema, pattern)) for pattern in ex.unless]
         out.append(tantivy.Query.boolean_query(parts))
     return out

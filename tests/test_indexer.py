@@ -240,19 +240,19 @@ def test_exclusions_take_entries_out_of_hits_and_counts(tmp_path):
     s = IndexSearcher(w.index)
     tokens = ["org", "agent:a"]
     assert s.search("plan", None, tokens).count == 5
-    board = Exclusion("memory", regex_literal(arn + "board-") + "(?s:.*)")
+    board = Exclusion("memory", (regex_literal(arn + "board-") + "(?s:.*)",))
     result = s.search("plan", None, tokens, limit=0, exclusions=[board])
     assert result.count == 3
     assert {h.id for h in s.search("plan", None, tokens, exclusions=[board]).hits} == {"pub.lic", "other", "e1"}
     # a pattern is taken literally ("." is not any character) and only within its type
-    dotted = Exclusion("memory", regex_literal(arn + "pub.lic"))
+    dotted = Exclusion("memory", (regex_literal(arn + "pub.lic"),))
     assert s.search("plan", None, tokens, exclusions=[dotted]).count == 4
-    assert s.search("plan", None, tokens, exclusions=[Exclusion("memory", "(?s:.*)")]).count == 1
+    assert s.search("plan", None, tokens, exclusions=[Exclusion("memory", ("(?s:.*)",))]).count == 1
     # inverted: everything of the type outside the pattern goes
-    only_board = Exclusion("memory", regex_literal(arn + "board-") + "(?s:.*)", inverted=True)
+    only_board = Exclusion("memory", (regex_literal(arn + "board-") + "(?s:.*)",), inverted=True)
     assert {h.id for h in s.search("plan", None, tokens, exclusions=[only_board]).hits} == {"board-1", "board-2", "e1"}
     with pytest.raises(QueryError):
-        s.search("plan", None, tokens, exclusions=[Exclusion("nosuchtype", ".*")])
+        s.search("plan", None, tokens, exclusions=[Exclusion("nosuchtype", (".*",))])
     w.close()
 
 

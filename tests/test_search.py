@@ -306,6 +306,27 @@ def test_a_not_resource_deny_of_several_patterns_hides_only_what_none_of_them_na
     assert {h["scope"] for h in found["hits"]} == {"org", f"team:{team_a}", f"team:{team_b}"}
 
 
+def test_a_deny_of_many_patterns_with_stars_inside_still_searches(gw, admin, root):
+    """Joined into one regex, four ``*/word-*`` patterns passed the 1,000 states Tantivy
+    compiles a regex into, and every search of that agent answered 400."""
+    w = word()
+    name = uid("many")
+    keys = admin.create_agent(name)
+    words = ("board", "hr", "payroll", "legal", "merger")
+    admin.put_policy(f"{name}-deny", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Deny", "Action": "memory:GetDocument",
+         "Resource": [f"arn:orgmem:memory:::*/{k}-*" for k in words]},
+        {"Effect": "Deny", "Action": "memory:GetDocument",  # all but org and these: all of org
+         "NotResource": ["arn:orgmem:memory:::org/*"] + [f"arn:orgmem:memory:::*/x{k}-*" for k in words]}]})
+    admin.attach_policy(f"{name}-deny", agent=name)
+    memory = MemoryClient(gw.endpoint, gw.access_key, gw.secret_key)
+    for slug in (*(f"{k}-{w}" for k in words), f"public-{w}"):
+        memory.put("org", slug, {"kind": "fact", "title": f"About {slug}", "body": f"The {w} note."})
+    wait_for(lambda: root.search(w)["count"] == 6, "every item, for the root")
+    found = searcher(gw, keys["access_key"], keys["secret_key"]).search(w, limit=10)
+    assert found["count"] == 1 and [h["id"] for h in found["hits"]] == [f"public-{w}"]
+
+
 # -- hostile input ----------------------------------------------------------------------------------
 
 

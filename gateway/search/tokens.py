@@ -101,13 +101,15 @@ def glob_regex(glob: Glob) -> str:
                    for unit in glob)
 
 
-def _denial(kind: str, globs: tuple[Glob, ...], not_resource: bool) -> Exclusion:
-    """One Deny statement's exclusion: what its patterns match, or with NotResource all but
-    what any of them matches (all of the type when none is left, e.g. ``${orgmem:teams}`` of an
-    agent in no team)."""
+def _denial(kind: str, globs: tuple[Glob, ...], not_resource: bool) -> list[Exclusion]:
+    """One Deny statement's exclusions: what each of its patterns matches, or with NotResource
+    all but what any of them matches (all of the type when none is left, e.g.
+    ``${orgmem:teams}`` of an agent in no team)."""
+    if not not_resource:
+        return [Exclusion(kind, (glob_regex(glob),)) for glob in globs]
     if not globs:
-        return Exclusion(kind, glob_regex((None,)), False)
-    return Exclusion(kind, "|".join(f"(?:{glob_regex(glob)})" for glob in globs), not_resource)
+        return [Exclusion(kind, (glob_regex((None,)),))]
+    return [Exclusion(kind, tuple(glob_regex(glob) for glob in globs), inverted=True)]
 
 
 def is_workspace_bucket(name: str) -> bool:
@@ -168,12 +170,12 @@ class AccessTokens:
             return Access(frozenset())
         types = self.types(principal, context)
         denials, narrowings = self.authorizer.denials, self.authorizer.narrowings
-        exclusions = [_denial(t, globs, not_resource) for t in types
+        exclusions = [ex for t in types
                       for globs, not_resource in denials(principal, READ_ACTIONS[t], context)
-                      if globs or not_resource]
+                      for ex in _denial(t, globs, not_resource)]
         # an Allow with NotResource grants its scopes all but what it names: that is taken out,
         # unless another Allow of the same policies grants it back (finance's own documents)
-        exclusions += [Exclusion(t, glob_regex(glob), False, tuple(glob_regex(g) for g in unless))
+        exclusions += [Exclusion(t, (glob_regex(glob),), False, tuple(glob_regex(g) for g in unless))
                        for t in types for glob, unless in narrowings(principal, READ_ACTIONS[t], context)]
         return Access(frozenset(self._tokens(principal, set(types), context)), tuple(exclusions))
 
