@@ -803,7 +803,7 @@ def test_a_team_with_members_cannot_be_deleted(gw, admin, secrets_seen):
     with pytest.raises(AdminError) as refused:
         admin.delete_team("quarantine")
     assert refused.value.status == 409 and refused.value.code == "DeleteConflict"
-    assert "inmate" in refused.value.message and "team remove quarantine" in refused.value.message
+    assert "1 member" in refused.value.message and "team remove quarantine" in refused.value.message
     denied(lambda: s3.get_object(Bucket="agent-inmate", Key="k"))  # the Deny still holds
     admin.remove_member("quarantine", "inmate")
     admin.delete_team("quarantine")

@@ -721,3 +721,21 @@ def test_times_before_the_year_1000_keep_four_digits_and_order(root):
     assert doc in {d["id"] for d in root.list(scope="org", as_of=soon)}
     done = root.supersede("org", doc, {"id": uid("modern"), "kind": "fact", "title": "Modern", "body": "new"})
     assert done["superseded"]["valid_until"] == done["document"]["valid_from"]
+
+
+def test_a_successor_the_caller_may_not_read_is_not_named(admin, gw, root):
+    """Writing to a superseded document answered with its successor's name, one the caller
+    may be denied reading."""
+    old, secret = uid("pay"), uid("board")
+    root.put("org", old, {"kind": "decision", "title": f"Pay {old}", "body": "Raises in March."})
+    root.supersede("org", old, {"id": secret, "kind": "decision", "title": f"Pay {secret}",
+                                "body": "No raises this year."})
+    name, writer, _ = new_agent(admin, gw)
+    admin.put_policy(f"{name}-w", {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": "memory:PutDocument", "Resource": "arn:orgmem:memory:::org/*"},
+        {"Effect": "Deny", "Action": "memory:GetDocument", "Resource": f"arn:orgmem:memory:::org/{secret}"}]})
+    admin.attach_policy(f"{name}-w", agent=name)
+    with pytest.raises(AdminError) as refused:
+        writer.put("org", old, {"kind": "decision", "title": f"Pay {old}", "body": "Raises in May."})
+    assert refused.value.status == 409 and secret not in refused.value.message
+    assert "superseded" in refused.value.message

@@ -25,7 +25,7 @@ from ..iam.model import IdentityError, check_name
 from ..memory import digest
 from ..memory import documents as d
 from ..memory.documents import DocumentError, Scope
-from ..memory.service import HIDDEN_DUPLICATE, Memory, Stored
+from ..memory.service import Memory, Stored
 from .rest import ApiError, Call, PerItem, Reply, Router
 
 ARN = "arn:orgmem:memory:::"
@@ -199,7 +199,7 @@ class MemoryApi:
             if exc.status in (400, 413):
                 raise ApiError(exc.code, f"{str(exc).rstrip('.')}; nothing was stored.", exc.status) from None
             if exc.names is not None and not call.permits("memory:GetDocument", arn(*exc.names)):
-                raise ApiError(exc.code, HIDDEN_DUPLICATE, exc.status) from None
+                raise ApiError(exc.code, exc.hidden, exc.status) from None
             raise
 
     # -- reading ----------------------------------------------------------------

@@ -398,15 +398,15 @@ class IdentityStore:
 
     def delete_team(self, name: str) -> None:
         """Refused while the team has members (as AWS's DeleteGroup is): deleting it would
-        take its policies, a Deny among them, from every member, which removing a member
-        (admin:UpdateAgent on it) or detaching (admin:UpdateTeam) is needed for."""
+        take its policies, a Deny among them, from every member, which removing a member or
+        detaching a policy needs its own rights for."""
         def change(state: Identities) -> None:
             self._team(state, name)
-            members = sorted(a.name for a in state.agents.values() if name in a.teams)
-            if members:
-                shown = ", ".join(members[:5]) + (f" and {len(members) - 5} more" if len(members) > 5 else "")
-                raise DeleteConflict(f"Team {name!r} still has members ({shown}): remove them first "
-                                     f"(orgmem admin team remove {name} AGENT).")
+            members = sum(1 for a in state.agents.values() if name in a.teams)
+            if members:  # not named: the caller may not be allowed to see the team
+                raise DeleteConflict(f"Team {name!r} still has {members} member(s): remove them first "
+                                     f"(orgmem admin team show {name}; orgmem admin team remove {name} "
+                                     "AGENT).")
             del state.teams[name]
         self._update(change)
 

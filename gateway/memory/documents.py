@@ -55,12 +55,13 @@ class DocumentError(ValueError):
     """A document that cannot be stored; the message names the field."""
 
     def __init__(self, message: str, code: str = "InvalidDocument", status: int = 400,
-                 names: tuple[Scope, str] | None = None) -> None:
+                 names: tuple[Scope, str] | None = None, hidden: str | None = None) -> None:
         super().__init__(message)
         self.code, self.status = code, status
-        #: the other document the message names (a duplicate's holder), for the caller to
-        #: hide when it may not read that document
+        #: the other document the message names (a duplicate's holder, a successor), and the
+        #: message for a caller that may not read that document
         self.names = names
+        self.hidden = hidden or "It conflicts with a document you may not read; nothing was stored."
 
 
 # -- scopes ----------------------------------------------------------------------------

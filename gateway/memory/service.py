@@ -89,13 +89,11 @@ def split_current_key(key: str) -> tuple[Scope, str] | None:
         return None
 
 
-def _conflict(message: str, names: tuple[Scope, str] | None = None) -> DocumentError:
-    return DocumentError(message, "Conflict", 409, names)
-
-
-#: What a caller is told of a duplicate it may not read: not which document it is.
-HIDDEN_DUPLICATE = ("A document you may not read in this scope already has this title and body; "
-                    "nothing was stored.")
+def _conflict(message: str, names: tuple[Scope, str] | None = None, hidden: str | None = None
+              ) -> DocumentError:
+    """A 409; one naming another document says ``hidden`` instead to a caller that may not
+    read that document (see :class:`DocumentError`)."""
+    return DocumentError(message, "Conflict", 409, names, hidden)
 
 
 def _precondition(message: str) -> DocumentError:
@@ -320,7 +318,9 @@ class Memory:
             seen = self.resolved(cur)
             if seen["status"] == "superseded":
                 raise _conflict(f"{cur.scope}/{cur.id} was superseded by {seen['superseded_by']}; "
-                                "write that document instead.")
+                                "write that document instead.", (cur.scope, seen["superseded_by"]),
+                                f"{cur.scope}/{cur.id} was superseded (by a document you may not "
+                                "read); nothing was stored.")
         stamp = d.now_text(now)
         prior = cur.doc if cur is not None else {}
         valid_from = f["valid_from"] or prior.get("valid_from") or stamp
@@ -381,7 +381,8 @@ class Memory:
                 # another supersession is between its mark and its new document: two racing
                 # supersessions must not leave two active successors (a dead one's mark expires)
                 raise _conflict(f"{scope}/{old_id} is being superseded by {scope}/{pending}; "
-                                "read it again once that is done.")
+                                "read it again once that is done.", (scope, pending),
+                                f"{scope}/{old_id} is being superseded; read it again once that is done.")
             return {**cur.doc, "superseded_by": new_id, "updated_at": d.now_text(_now), "updated_by": by}
 
         pending = self._commit(scope, old_id, by, mark, old.etag if if_match else None, False)
@@ -550,12 +551,16 @@ class Memory:
         if other is None or other.version < int(holder["version"]):
             if self.clock() - float(holder["at"]) < CLAIM_GRACE:
                 raise _conflict(f"A document with the same title and body is being written as "
-                                f"{scope}/{holder['id']}; update that one instead.", (scope, holder["id"]))
+                                f"{scope}/{holder['id']}; update that one instead.", (scope, holder["id"]),
+                                "A document you may not read in this scope has this title and body; "
+                                "nothing was stored.")
             return
         seen = self.resolved(other)
         if seen["status"] == "active" and d.fingerprint(seen) == fingerprint:
             raise _conflict(f"duplicate of {scope}/{holder['id']}: an active document in {scope} already "
-                            "has this title and body; update or supersede it instead.", (scope, holder["id"]))
+                            "has this title and body; update or supersede it instead.", (scope, holder["id"]),
+                            "A document you may not read in this scope already has this title and body; "
+                            "nothing was stored.")
 
     # -- import -----------------------------------------------------------------------------
 

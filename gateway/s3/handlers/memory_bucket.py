@@ -16,7 +16,7 @@ from dataclasses import replace
 from ...memory import documents as d
 from ...memory.bucket import BUCKET, MemoryBucket, parse_key
 from ...memory.documents import DocumentError, Scope
-from ...memory.service import HIDDEN_DUPLICATE, Memory
+from ...memory.service import Memory
 from ..body import int_header, upload_stream
 from ..conditions import write_condition
 from ..context import S3Context
@@ -127,7 +127,7 @@ def put_object(ctx: S3Context, req: Request) -> Response:
             raise S3Error("InvalidArgument" if exc.status == 400 else "EntityTooLarge",
                           f"{str(exc).rstrip('.')}; nothing was stored.", 400) from None
         if exc.names is not None and not req.permits("memory:GetDocument", _arn(*exc.names), counted=False):
-            raise DocumentError(HIDDEN_DUPLICATE, exc.code, exc.status) from None
+            raise DocumentError(exc.hidden, exc.code, exc.status) from None
         raise
     return Response(200, [("etag", f'"{stored.etag}"')] if stored.etag else [])
 
