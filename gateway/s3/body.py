@@ -49,16 +49,22 @@ async def receive_some(receive: Callable[[], Awaitable[dict]], limit: float,
     return (chunks[0] if len(chunks) == 1 else b"".join(chunks)), more
 
 
+#: Seconds without a byte after which draining a refused body stops (see :func:`drain`).
+DRAIN_IDLE = 1.0
+
+
 async def drain(receive: Callable[[], Awaitable[dict]], limit: int, seconds: float) -> bool:
     """Read and drop the rest of a body answered before it was read (some of it is still to
     come); True once it has all arrived, within ``limit`` bytes and ``seconds`` (then the
     connection can stay open and the answer reaches a client still sending, where a close
-    over unread bytes resets it)."""
+    over unread bytes resets it). A client that sends nothing for :data:`DRAIN_IDLE` s is
+    waiting for the answer, not sending: it gets it then (with the connection closed), not
+    after all of ``seconds``."""
     left = limit
     try:
         async with asyncio.timeout(seconds):
             while True:
-                data, more = await receive_some(receive, PULL_SIZE)
+                data, more = await receive_some(receive, PULL_SIZE, idle=min(DRAIN_IDLE, seconds))
                 left -= len(data)
                 if left < 0:
                     return False
