@@ -734,7 +734,10 @@ def _e2e_runs(plan: Plan, backend: str, gws: dict[str, Proc], weed: Proc | None,
     for c in clients.values():
         ensure_bucket(c, "bench")
     for r in range(plan.runs):
-        for v, c in clients.items():
+        order = list(clients.items())
+        if r % 2:  # each goes first as often (see bench_store)
+            order.reverse()
+        for v, c in order:
             try:
                 cpu0, t0 = server_cpu(v), time.perf_counter()
                 c.upload_file(str(src), "bench", "e2e/object", Config=tc)
