@@ -22,7 +22,7 @@ from pathlib import Path
 import orjson
 
 from vault.errors import MissingKey, VaultError
-from vault.keys import FileKeyring, KeyProvider, WrappedKey, provider_from_spec
+from vault.keys import FileKeyring, KeyProvider, WrappedKey, provider_from_spec, version_gaps
 
 from .config import Config
 from .logs import log
@@ -170,21 +170,17 @@ def _check_key_checks(record: dict, keys: KeyProvider) -> None:
     if given is None:
         return
     recorded = _recorded_key_checks(record)
-    lost = sorted(v for v in recorded if v not in given)
-    other = sorted(v for v, check in recorded.items() if v in given and given[v] != check)
-    accepted = _accepted_missing()
-    if lost and not other and set(lost) <= accepted:
+    lost, other, what = version_gaps(recorded, given, "KEK version(s)")
+    only_lost = bool(lost) and not other
+    if only_lost and set(lost) <= _accepted_missing():
         log.error("kek_versions_missing", versions=lost,
                   hint=f"{ACCEPT_MISSING_ENV} is set: data wrapped under these versions cannot be "
                        "read until a keyring holding them is back; their numbers stay taken")
         return
-    if lost or other:
-        what = " and ".join(part for part in (
-            f"lacks KEK version(s) {lost}" if lost else "",
-            f"holds other keys for version(s) {other}" if other else "") if part)
+    if what:
         hint = (f" If every copy of a newer keyring is lost, start with {ACCEPT_MISSING_ENV}="
                 f"{','.join(map(str, lost))} to go on without: what those versions wrapped stays "
-                "unreadable" if lost and not other else "")
+                "unreadable" if only_lost else "")
         raise SealingError(
             f"the keyring {what} that this data was sealed with (versions "
             f"{sorted(recorded)}): it is an older copy or another keyring. Start with the current "

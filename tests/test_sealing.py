@@ -167,6 +167,12 @@ def stopped(gw):
     gw.start()
 
 
+def _flip_bit(path, offset: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[offset] ^= 0x01
+    path.write_bytes(bytes(raw))
+
+
 def test_tampering_is_detected_never_served(gw, s3):
     body = os.urandom(3 * CHUNK + 500)
     for key in ("t/flip", "t/truncate", "t/reorder", "t/swap-a", "t/swap-b", "t/clean"):
@@ -174,9 +180,7 @@ def test_tampering_is_detected_never_served(gw, s3):
     gw.stop()
     try:
         (flip,), _ = _stored_files(gw.data, "t/flip")
-        raw = bytearray(flip.read_bytes())
-        raw[40_000] ^= 0x01
-        flip.write_bytes(bytes(raw))
+        _flip_bit(flip, 40_000)
         (trunc,), _ = _stored_files(gw.data, "t/truncate")
         trunc.write_bytes(trunc.read_bytes()[:-(CHUNK + 16 + 500 + 16) // 2])  # cut mid-chunk
         (reorder,), _ = _stored_files(gw.data, "t/reorder")
@@ -213,9 +217,7 @@ def test_damage_found_mid_answer_cuts_it_off_and_is_still_logged_and_audited(gw,
     gw.stop()
     try:
         (late,), _ = _stored_files(gw.data, "t/late")
-        raw = bytearray(late.read_bytes())
-        raw[1_600_000] ^= 0x01
-        late.write_bytes(bytes(raw))
+        _flip_bit(late, 1_600_000)
     finally:
         gw.start()
     _expect_refusal(s3, "t/late")

@@ -63,7 +63,7 @@ __all__ = [
     "KEY_SIZE", "EnvKeyProvider", "FileKeyring", "KeyProvider", "KeyUnavailable", "KeyringError",
     "KmsKeyProvider", "MemorySaltStore", "MissingKey", "PassphraseKeyProvider", "SaltStore",
     "StaticKeyProvider", "UnwrapError", "VaultError", "WrappedKey", "WrongKey", "create_keyring",
-    "key_check", "parse_kms_spec", "provider_from_spec", "rewrap",
+    "key_check", "parse_kms_spec", "provider_from_spec", "rewrap", "version_gaps",
 ]
 
 log = logging.getLogger("orgmem.vault")
@@ -444,17 +444,25 @@ def key_check(key: bytes) -> str:
     return hmac.new(key, b"orgmem KEK check value 1", hashlib.sha256).hexdigest()[:32]
 
 
+def version_gaps(held: Mapping[int, object], found: Mapping[int, object],
+                 noun: str = "version(s)") -> tuple[list[int], list[int], str]:
+    """What ``found`` (version -> key, or key check value) lacks of ``held`` and holds
+    otherwise: those versions, and a phrase naming them ("lacks version(s) [2] and holds
+    other keys for version(s) [3]"; empty when it holds every one as it is)."""
+    lost = sorted(v for v in held if v not in found)
+    other = sorted(v for v in held if v in found and found[v] != held[v])
+    return lost, other, " and ".join(part for part in (
+        f"lacks {noun} {lost}" if lost else "",
+        f"holds other keys for version(s) {other}" if other else "") if part)
+
+
 def _check_successor(held: _KeyringState, found: _KeyringState, path: Path) -> None:
     """A keyring only ever gains versions (a retired one keeps its key): a file that lacks a
     version in use, or holds another key for one, is an older or another copy put in place
     (a restored backup, config management), and adopting it would lose the data wrapped
     under what it lacks, and let a rotation reuse that version's number."""
-    lost = sorted(v for v in held.keys if v not in found.keys)
-    other = sorted(v for v in held.keys if v in found.keys and found.keys[v] != held.keys[v])
-    if lost or other:
-        what = " and ".join(part for part in (
-            f"lacks version(s) {lost}" if lost else "",
-            f"holds other keys for version(s) {other}" if other else "") if part)
+    *_, what = version_gaps(held.keys, found.keys)
+    if what:
         raise KeyringError(f"the keyring {path} on disk {what} that this gateway holds: it is an "
                            "older copy or another keyring; the keys in memory stay in use. Put the "
                            f"current keyring back (it holds versions {sorted(held.keys)})")

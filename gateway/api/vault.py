@@ -24,15 +24,12 @@ from typing import Any
 
 from ..secret_store.errors import SecretError
 from ..secret_store.paths import check_path, check_prefix
-from ..secret_store.service import Secrets
+from ..secret_store.service import Secrets, check_versions
 from .rest import ApiError, Call, Reply, Router
 
 ARN = "arn:orgmem:vault:::"
 #: A 64 KiB value as base64 in JSON, plus metadata.
 MAX_BODY = 160 * 1024
-#: The largest version number a request may name (twelve digits, as in queries; audit
-#: records keep it as int64).
-MAX_VERSION_NUMBER = 10**12 - 1
 _NO_STORE = [("cache-control", "no-store")]
 _PUT_KEYS = {"value", "value_base64", "metadata"}
 
@@ -210,7 +207,5 @@ def _versions_body(call: Call) -> list[int]:
     versions = body.get("versions")
     if set(body) != {"versions"} or not isinstance(versions, list) or not versions:
         raise SecretError("InvalidRequest", 'The body names the versions: {"versions": [1, 2]}.')
-    if not all(type(v) is int and 1 <= v <= MAX_VERSION_NUMBER for v in versions):
-        raise SecretError("InvalidRequest", "Versions are whole numbers from 1, e.g. "
-                          '{"versions": [1, 2]}.')
+    check_versions(versions)  # before the audit record takes one
     return versions

@@ -58,7 +58,7 @@ import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import ROUND_FLOOR, Decimal, InvalidOperation
 from typing import Any, Literal
 
@@ -463,9 +463,6 @@ _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _NUMBER_RE = re.compile(r"\d+(?:\.\d+)?")
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
 def parse_since_us(text: str, now: float) -> int:
     """:func:`parse_since` in whole microseconds, exactly: through a float, times after about
     2255 lost their microseconds (a ``since`` at an event's own time could miss it)."""
@@ -477,12 +474,8 @@ def parse_since_us(text: str, now: float) -> int:
             return int((Decimal(s) * 1_000_000).to_integral_value(ROUND_FLOOR))
         except (InvalidOperation, OverflowError):
             raise ValueError(f"invalid --since value {text!r}") from None
-    seconds = parse_since(s, now)  # an ISO-8601 timestamp (or the error)
-    if len(s) >= 8 and s[:4].isdigit():
-        dt = datetime.fromisoformat(s)
-        dt = dt if dt.tzinfo is not None else dt.replace(tzinfo=UTC)
-        return (dt - _EPOCH) // timedelta(microseconds=1)
-    return int(seconds * 1_000_000)  # pragma: no cover - parse_since took nothing else
+    parse_since(s, now)  # what is left is an ISO-8601 timestamp, or this raises
+    return time_us(s)
 
 
 def parse_since(text: str, now: float) -> float:

@@ -48,6 +48,8 @@ ORPHAN_GRACE = 600.0
 MAX_LIST = 1000
 #: The most versions one undelete or destroy names.
 MAX_VERSIONS_PER_CALL = 100
+#: The largest version number a request may name (twelve digits, as in queries).
+MAX_VERSION_NUMBER = 10**12 - 1
 
 
 class Secrets:
@@ -350,7 +352,7 @@ class Secrets:
                 versions: list[int] | None) -> dict[str, Any]:
         """Apply ``change`` to the path's metadata by compare-and-swap, retrying on races."""
         check_path(path)
-        _check_versions(versions)
+        check_versions(versions)
         for _ in range(_CAS_ATTEMPTS):
             meta, etag = self._read(path)
             if meta is None or meta.empty:
@@ -493,13 +495,15 @@ def _cas_message(path: str, cas: int, current: int) -> str:
     return f"Check-and-set failed: the current version of {path} is {current}, not {cas}."
 
 
-def _check_versions(versions: list[int] | None) -> None:
+def check_versions(versions: list[int] | None) -> None:
+    """Version numbers a request names: whole numbers from 1 to :data:`MAX_VERSION_NUMBER`
+    (the API checks them before the request's audit record takes one, an int64 there)."""
     if versions is None:
         return
     if len(versions) > MAX_VERSIONS_PER_CALL:
         raise SecretError("InvalidRequest", f"Name at most {MAX_VERSIONS_PER_CALL} versions at once.")
     for n in versions:
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        if type(n) is not int or not 1 <= n <= MAX_VERSION_NUMBER:
             raise SecretError("InvalidRequest", "Versions are whole numbers from 1.")
 
 

@@ -220,16 +220,16 @@ class Compactor:
                 new, old = self._compact_partition(stream, manifest, partition, items, now)
                 added += new
                 removed += old
-        expired = self._expired_by_retention(manifest, now)
-        merged = sum(1 for s in removed if s not in expired)
+        expired = self._expired_by_retention(manifest.segments, now)
+        result.merged = sum(1 for s in removed if s not in expired)
         # written this run for a day already past its retention (late events of an expired day,
         # a compaction right after `bio retain`): named by no manifest yet, so deleted now
-        written_expired = [s for s in added if self.retention is not None and self.retention(s, now)]
+        written_expired = self._expired_by_retention(added, now)
         if written_expired:
             added[:] = [s for s in added if s not in written_expired]
             self._discard(written_expired)
         result.expired = expired + written_expired
-        result.retired_by_retention, result.merged = len(result.expired), merged
+        result.retired_by_retention = len(result.expired)
         return removed + expired
 
     def _swap(self, cp: Checkpoint, positions: Positions, manifest: Manifest, added: list[Segment]) -> bool:
@@ -324,10 +324,10 @@ class Compactor:
             floor = ""
         self._ids = {key: ids for key, ids in self._ids.items() if key in current and current[key] >= floor}
 
-    def _expired_by_retention(self, manifest: Manifest, now: float) -> list[Segment]:
+    def _expired_by_retention(self, segments: list[Segment], now: float) -> list[Segment]:
         if self.retention is None:
             return []
-        return [s for s in manifest.segments if self.retention(s, now)]
+        return [s for s in segments if self.retention(s, now)]
 
     def _discard(self, segments: list[Segment]) -> None:
         self._delete_quietly([s.key for s in segments])
