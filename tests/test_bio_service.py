@@ -29,13 +29,13 @@ def test_redaction_runs_in_at_most_two_threads_and_every_batch_is_appended(gw, m
     inside, most, lock = [0], [0], threading.Lock()
     real = bios.redactor.redact_text
 
-    def counting(text):
+    def counting(text, *views):
         with lock:
             inside[0] += 1
             most[0] = max(most[0], inside[0])
         time.sleep(0.0005)  # let the other threads pile up at the slots
         try:
-            return real(text)
+            return real(text, *views)
         finally:
             with lock:
                 inside[0] -= 1
@@ -155,9 +155,9 @@ def test_large_events_hold_a_slot_each_not_a_thousand_at_a_time(gw, monkeypatch)
 
     real_redacted = gw.biographies._redacted
 
-    def counted(e):
+    def counted(e, *views):
         holds[-1] += 1
-        return real_redacted(e)
+        return real_redacted(e, *views)
 
     monkeypatch.setattr(service, "INGEST_SLOTS", Counting())
     monkeypatch.setattr(gw.biographies, "_redacted", counted)

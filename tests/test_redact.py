@@ -757,3 +757,34 @@ def test_trigger_prefilter_finds_what_the_full_scan_finds(nested_only):
         texts += [text.upper(), "é " + text, f"prose before {text} and after"]
     for text in texts:
         assert redact._candidates(text, nested_only) == _all_candidates(text, nested_only)
+
+
+def test_one_trigger_pass_over_many_texts_wakes_what_one_per_text_does():
+    """A batch's texts are searched for triggers in one call (the search lets go of the GIL,
+    once per batch rather than per text): each text wakes exactly the rules it wakes alone,
+    and a trigger split over two neighbouring texts ("pass" + "word") wakes nothing."""
+    from gateway.biography import redact
+
+    texts = [fake for fakes in TOKENS.values() for fake in fakes] + list(STRONG)
+    texts += [t for t in FALSE_POSITIVE_TEXTS.values() if isinstance(t, str)]
+    texts += ["", "é " + texts[0], texts[1].upper(), "glpat", "-", "pass", "word", "ghp", "_"]
+    batch = redact.scan_views_each(texts)
+    assert batch == [redact._scan_views(text) for text in texts]
+    assert redact.scan_views_each(["pass", "word"])[0][2] == redact._scan_views("pass")[2]
+
+
+def test_redaction_with_a_batch_trigger_pass_equals_redaction_alone(red):
+    """The views a batch pass made give the same redaction as none (content and data), also
+    when a vault value changed the text before the rules ran."""
+    from gateway.biography import redact
+
+    value = "vault-" + _mix(20)
+    red.add_values([value])
+    texts = [f"use {fake} here" for fakes in TOKENS.values() for fake in fakes]
+    texts += [f"{value} and {TOKENS['github_token'][0]}", "nothing to see"]
+    datas = [orjson.dumps({"k": t, "password": _mix(16)}, option=orjson.OPT_SORT_KEYS).decode()
+             for t in texts]
+    views = redact.scan_views_each(texts + datas)
+    for i, text in enumerate(texts):
+        assert red.redact_text(text, views[i]) == red.redact_text(text)
+        assert red.redact_json_text(datas[i], views[len(texts) + i]) == red.redact_json_text(datas[i])

@@ -25,7 +25,7 @@ from ..store.base import INTERNAL_BUCKET, ObjectStore, PreconditionFailed, Write
 from ..store.objects import read_object, swap_condition, write_object
 from . import query
 from .events import Event, new_event_id
-from .redact import Redactor
+from .redact import Redactor, Views, scan_views_each
 from .schema import date_of
 
 REDACTION_KEY = "bio/redaction.key"
@@ -158,8 +158,9 @@ class Biographies:
         records = []
         for chunk in _slot_chunks(events):
             with INGEST_SLOTS:
-                records += [BioRecord(self._redacted(e).to_record(), e.id_assigned, e.id_resent)
-                            for e in chunk]
+                views = scan_views_each([text for e in chunk for text in (e.content or "", e.data or "")])
+                records += [BioRecord(self._redacted(e, views[2 * i], views[2 * i + 1]).to_record(),
+                                      e.id_assigned, e.id_resent) for i, e in enumerate(chunk)]
         return records
 
     def note(self, events: list[Event]) -> None:
@@ -179,13 +180,16 @@ class Biographies:
                       data=orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode())
         self.note([event])
 
-    def _redacted(self, e: Event) -> Event:
+    def _redacted(self, e: Event, content_views: Views | None = None,
+                  data_views: Views | None = None) -> Event:
+        """``e`` with its secrets redacted; the views: what :func:`scan_views_each` found in
+        its content and data (the trigger pass made for a whole batch)."""
         hits = 0
         if e.content:
-            e.content, n = self.redactor.redact_text(e.content)
+            e.content, n = self.redactor.redact_text(e.content, content_views)
             hits += n
         if e.data is not None:
-            e.data, n = self.redactor.redact_json_text(e.data)
+            e.data, n = self.redactor.redact_json_text(e.data, data_views)
             hits += n
         # a vault value pasted anywhere else (a URI's query, a tag) goes too; the pattern
         # rules stay on content and data, where prose and tool output live
