@@ -415,10 +415,33 @@ def _next_id(ms: int) -> str:
             rand = _last_rand + 1
         else:
             # one bit of headroom so increments within this millisecond cannot overflow
-            rand = int.from_bytes(os.urandom(10), "big") >> 1
+            rand = _random80() >> 1
         head = ASSIGNED_PREFIX + _crockford128((ms << 80) | rand)[:24]
         _last_ms, _last_rand, _last_head = ms, rand, head
     return head + _PAIRS[rand & 1023]
+
+
+_random_pool = b""
+
+
+def _random80() -> int:
+    """80 random bits (the caller holds ``_id_lock``), from a pool refilled with 1,000 bytes:
+    ``os.urandom`` lets go of the GIL, and a request thread that does so once per batch
+    waits its turn for the interpreter again on a busy gateway."""
+    global _random_pool
+    if len(_random_pool) < 10:
+        _random_pool = os.urandom(1000)
+    drawn, _random_pool = _random_pool[:10], _random_pool[10:]
+    return int.from_bytes(drawn, "big")
+
+
+def _forget_random_pool() -> None:
+    """A forked child draws its own bits (two processes must not make the same ids)."""
+    global _random_pool
+    _random_pool = b""
+
+
+os.register_at_fork(after_in_child=_forget_random_pool)
 
 
 #: How every id the gateway makes begins (assigned and derived alike).
