@@ -32,7 +32,9 @@ from typing import Any
 from indexer import (
     IndexSearcher,
     IndexWriter,
+    IndexWriterGone,
     LocalCopy,
+    ProcessIndexWriter,
     QueryError,
     Restored,
     SnapshotConflict,
@@ -137,7 +139,7 @@ class SearchIndex:
         #: the working directory's files as a snapshot named them: a newer snapshot's
         #: unchanged files are linked from here rather than fetched again
         self._local: LocalCopy | None = None
-        self._writer: IndexWriter | None = None
+        self._writer: ProcessIndexWriter | None = None
         self._searcher: IndexSearcher | None = None
         #: bumped at every commit and directory swap: a search worker reloads when it grew
         self._generation = 0
@@ -214,6 +216,12 @@ class SearchIndex:
             if self._dirty and time.monotonic() - self._last_publish >= every:
                 self._publish()
             return self._backlog
+        except IndexWriterGone as exc:
+            # what it held since its last commit is gone: take the index over again (the
+            # latest snapshot, then the log past it) at the next step
+            log.error("index_writer_gone", detail=str(exc)[:200])
+            self._step_down()
+            raise
         finally:
             self._step_lock.release()
 
@@ -231,7 +239,7 @@ class SearchIndex:
     def _new_dir(self) -> Path:
         return workdirs.new()
 
-    def _swap(self, directory: Path, searcher: IndexSearcher, writer: IndexWriter | None,
+    def _swap(self, directory: Path, searcher: IndexSearcher, writer: ProcessIndexWriter | None,
               manifest: dict | None = None) -> None:
         old = self._dir
         self._dir, self._searcher, self._writer = directory, searcher, writer
@@ -252,7 +260,11 @@ class SearchIndex:
         except BaseException:  # the store failed part way: no plaintext copy is left behind
             workdirs.remove(directory)
             raise
-        writer = IndexWriter(directory, heap_size=WRITER_HEAP, num_threads=2)
+        try:
+            writer = ProcessIndexWriter(directory, heap_size=WRITER_HEAP, num_threads=2, entry_of=event_of)
+        except BaseException:
+            workdirs.remove(directory)
+            raise
         self._swap(directory, IndexSearcher(writer.index), writer, restored and restored.manifest)
         self._checkpoint = self.log.checkpoints.load(CONSUMER)
         if restored is not None and self._lost_since(restored):
@@ -371,11 +383,15 @@ class SearchIndex:
                 break  # commit what we have; the next step goes on from here
             records += len(obj.records)
             adds, upserts, deletes, expired = [], [], [], []
+            events: tuple[list[dict], list[dict]] = ([], [])  # added, upserted: entries made by the writer
             if not fenced and any(isinstance(r, BioRecord) and r.resent for r in obj.records):
                 self._fence_waiting()
                 fenced = True
             may_add = not self._careful and obj.seq > self._fence.get(obj.writer, 0)
             for record in obj.records:
+                if isinstance(record, BioRecord):
+                    events[0 if record.fresh and may_add else 1].append(record.event)
+                    continue
                 try:
                     change = self.sources.from_record(record)
                 except StoreError:
@@ -396,7 +412,7 @@ class SearchIndex:
                 else:
                     upserts.append(item)
             try:
-                self._apply(adds, upserts, deletes)
+                self._apply(adds, upserts, deletes, *events)
                 self._expire(expired)
             except BaseException:
                 # part of the object may be in the writer: the next step applies it again, and
@@ -404,8 +420,9 @@ class SearchIndex:
                 self._careful = True
                 raise
             advance(self.positions, obj.writer, obj.seq)
-            changed = changed or bool(adds or upserts or deletes or expired)
-            if not (adds or upserts or deletes or expired):
+            touched = adds or upserts or deletes or expired or events[0] or events[1]
+            changed = changed or bool(touched)
+            if not touched:
                 self._dirty = True  # positions moved: the next snapshot says so
         if objects >= limit:
             self._backlog = True  # the log may hold more than one step reads
@@ -428,24 +445,45 @@ class SearchIndex:
         for writer, seq in self.log.reader.pending(start):
             advance(self._fence, writer, seq)
 
-    def _apply(self, adds: list, upserts: list, deletes: list) -> None:
+    def _apply(self, adds: list, upserts: list, deletes: list, event_adds: list[dict] = (),
+               event_upserts: list[dict] = ()) -> None:
         """``adds``: entries no other record holds (see ``BioRecord.fresh``), added without
-        the delete an upsert does first."""
+        the delete an upsert does first. ``event_adds`` and ``event_upserts``: biography
+        events (log records), whose entries the writer's process makes."""
         assert self._writer is not None
         if deletes:
             self._writer.delete(deletes)
             self.stats["deletes"] += len(deletes)
+        skipped = 0
         try:
             if upserts:
                 self._writer.upsert(upserts)
+            if event_upserts:
+                skipped += self._writer.upsert_records(list(event_upserts))[1]
             if adds:
                 self._writer.add(adds)
+            if event_adds:
+                skipped += self._writer.add_records(list(event_adds))[1]
         except (ValueError, TypeError):
             # upserts repeat harmlessly (each deletes what an earlier try added): redo them all
             # one by one, the adds as upserts too
-            self._upsert_each(upserts + adds)
+            self._upsert_each(upserts + adds + self._event_entries([*event_upserts, *event_adds]))
             return
-        self.stats["upserts"] += len(upserts) + len(adds)
+        if skipped:
+            self.stats["skipped"] += skipped
+            log.warning("index_records_skipped", count=skipped)
+        self.stats["upserts"] += len(upserts) + len(adds) + len(event_upserts) + len(event_adds) - skipped
+
+    def _event_entries(self, events: list[dict]) -> list:
+        """The entries of biography events, made here (the rare path: one the writer refused)."""
+        entries = []
+        for event in events:
+            try:
+                entries.append(event_of(event))
+            except Exception as exc:  # noqa: BLE001 - one odd record must not stop the index
+                self.stats["skipped"] += 1
+                log.warning("index_record_skipped", error=exc.__class__.__name__, detail=str(exc)[:200])
+        return entries
 
     def _expire(self, days: list[tuple[str, str]]) -> None:
         """Drop the events of the (agent, UTC date) days retention removed from biographies."""

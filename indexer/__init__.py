@@ -30,6 +30,7 @@ from .documents import (
                         skill_ref,
                         skip_reason,
 )
+from .process_writer import IndexWriterGone, ProcessIndexWriter
 from .query import MAX_LIMIT, MAX_OFFSET, MAX_QUERY_CHARS, Exclusion, Filters, QueryError, regex_literal
 from .schema import SCHEMA_VERSION, STATUS_FACTOR, TYPES, SchemaMismatch, open_index
 from .searcher import Hit, IndexSearcher, SearchResult
@@ -50,11 +51,11 @@ from .snapshot import (
 from .writer import IndexWriter
 
 __all__ = [
-    "BlobStore", "Entry", "Exclusion", "Filters", "Hit", "IndexSearcher", "IndexWriter", "LocalCopy",
-    "MAX_BODY_CHARS", "MAX_FILE_BYTES", "MAX_LIMIT", "MAX_OFFSET", "MAX_QUERY_CHARS", "MemoryBlobStore",
-    "PreconditionFailed", "QueryError", "Restored", "SCHEMA_VERSION", "STATUS_FACTOR", "SchemaMismatch",
-    "SearchResult", "SnapshotConflict", "SnapshotError", "TYPES", "collect", "event_entry", "event_ref",
-    "file_entry", "file_ref", "is_indexable", "latest", "memory_entry", "memory_ref", "open_index",
-    "publish", "regex_literal", "restore", "restore_latest", "scope_path", "skill_entry", "skill_ref",
-    "skip_reason",
+    "BlobStore", "Entry", "Exclusion", "Filters", "Hit", "IndexSearcher", "IndexWriter", "IndexWriterGone",
+    "LocalCopy", "MAX_BODY_CHARS", "MAX_FILE_BYTES", "MAX_LIMIT", "MAX_OFFSET", "MAX_QUERY_CHARS",
+    "MemoryBlobStore", "PreconditionFailed", "ProcessIndexWriter", "QueryError", "Restored",
+    "SCHEMA_VERSION", "STATUS_FACTOR", "SchemaMismatch", "SearchResult", "SnapshotConflict",
+    "SnapshotError", "TYPES", "collect", "event_entry", "event_ref", "file_entry", "file_ref",
+    "is_indexable", "latest", "memory_entry", "memory_ref", "open_index", "publish", "regex_literal",
+    "restore", "restore_latest", "scope_path", "skill_entry", "skill_ref", "skip_reason",
 ]

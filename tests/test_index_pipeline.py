@@ -21,7 +21,7 @@ from gateway.log import BioRecord
 from gateway.log.writer import LogWriter
 from gateway.search.tokens import ROOT_TOKEN
 from gateway.store.base import StoreUnavailable
-from indexer.writer import IndexWriter
+from indexer import ProcessIndexWriter
 
 ROOT_ACCESS = "AKIAPIPELINETEST0001"
 
@@ -62,28 +62,26 @@ def hits(index, session: str) -> int:
 def test_an_apply_that_fails_part_way_is_redone_without_a_second_copy(gw, monkeypatch):
     index = gw.search_index
     ingest(gw, 40, "first")
-    real_add = IndexWriter.add
+    real_add = ProcessIndexWriter.add_records
 
-    def add_half_then_fail(self, entries):
-        entries = list(entries)
-        real_add(self, entries[: len(entries) // 2])
+    def add_half_then_fail(self, records):
+        real_add(self, records[: len(records) // 2])
         raise RuntimeError("the disk hiccupped")
 
-    monkeypatch.setattr(IndexWriter, "add", add_half_then_fail)
+    monkeypatch.setattr(ProcessIndexWriter, "add_records", add_half_then_fail)
     with pytest.raises(RuntimeError):
         index.step()
-    monkeypatch.setattr(IndexWriter, "add", real_add)
+    monkeypatch.setattr(ProcessIndexWriter, "add_records", real_add)
     index.step()  # the same object again, its events upserted this time, then a commit
     assert hits(index, "first") == 40
     assert not index._careful  # the commit settled it: the next events are added again
     added = []
 
-    def counting_add(self, entries):
-        entries = list(entries)
-        added.extend(entries)
-        return real_add(self, entries)
+    def counting_add(self, records):
+        added.extend(records)
+        return real_add(self, records)
 
-    monkeypatch.setattr(IndexWriter, "add", counting_add)
+    monkeypatch.setattr(ProcessIndexWriter, "add_records", counting_add)
     ingest(gw, 10, "second")
     index.step()
     assert hits(index, "second") == 10 and hits(index, "first") == 40 and len(added) == 10
@@ -94,14 +92,13 @@ def test_adds_that_fail_with_a_value_error_are_redone_as_upserts_once_each(gw, m
     upserts: the events the failed batch call had added already must not stay twice."""
     index = gw.search_index
     ingest(gw, 30, "refused")
-    real_add = IndexWriter.add
+    real_add = ProcessIndexWriter.add_records
 
-    def refuse_after_ten(self, entries):
-        entries = list(entries)
-        real_add(self, entries[:10])
+    def refuse_after_ten(self, records):
+        real_add(self, records[:10])
         raise ValueError("a value Tantivy will not take")
 
-    monkeypatch.setattr(IndexWriter, "add", refuse_after_ten)
+    monkeypatch.setattr(ProcessIndexWriter, "add_records", refuse_after_ten)
     index.step()
     assert hits(index, "refused") == 30
 
@@ -112,17 +109,17 @@ def fail_a_step_part_way(gw, monkeypatch) -> None:
     index = gw.search_index
     ingest(gw, 20, "applied")
     ingest(gw, 20, "unreadable")
-    real_from_record = index.sources.from_record
+    real_add = ProcessIndexWriter.add_records
 
-    def store_fails_on_the_second(record):
-        if getattr(record, "event", {}).get("session") == "unreadable":
+    def store_fails_on_the_second(self, records):
+        if any(r.get("session") == "unreadable" for r in records):
             raise StoreUnavailable("the store did not answer")
-        return real_from_record(record)
+        return real_add(self, records)
 
-    monkeypatch.setattr(index.sources, "from_record", store_fails_on_the_second)
+    monkeypatch.setattr(ProcessIndexWriter, "add_records", store_fails_on_the_second)
     with pytest.raises(StoreUnavailable):
         index.step()
-    monkeypatch.setattr(index.sources, "from_record", real_from_record)
+    monkeypatch.setattr(ProcessIndexWriter, "add_records", real_add)
 
 
 def test_a_failed_rebuild_forgets_what_was_never_committed_and_reads_it_again(gw, monkeypatch):
