@@ -214,18 +214,25 @@ class Gateway:
                 log.warning("lease_release_failed", error=exc.__class__.__name__)
 
     async def _compact(self) -> None:
-        """Turn the log into Parquet now and then; queries read the uncompacted tail meanwhile."""
+        """Turn the log into Parquet now and then; queries read the uncompacted tail meanwhile.
+
+        Runs start ``compact_interval`` apart (back to back when one takes longer): counted
+        from the end of the last run, a busy gateway's compactor fell 5 s plus a run behind,
+        past what the log cache holds, and then read back and decoded what it had just
+        written, which made its runs longer still."""
         if not self.config.compact_interval:
             return
         loop = asyncio.get_running_loop()
+        started = time.monotonic()
         while True:
-            await asyncio.sleep(self.config.compact_interval)
+            await asyncio.sleep(max(0.0, started + self.config.compact_interval - time.monotonic()))
+            started = time.monotonic()
             try:
                 if not await loop.run_in_executor(self.executor, self.compaction_lease.acquire):
                     continue  # another replica compacts; queries read the log tail meanwhile
                 result = await loop.run_in_executor(self.executor, self.biographies.compactor.run_once)
                 if result.written or result.conflict:
-                    log.info("compacted", **result.to_dict())
+                    log.info("compacted", seconds=round(time.monotonic() - started, 3), **result.to_dict())
             except Exception as exc:  # noqa: BLE001 - the next run retries
                 log.warning("compaction_failed", error=exc.__class__.__name__, detail=str(exc)[:200])
 

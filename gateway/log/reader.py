@@ -21,14 +21,16 @@ from .records import Record, decode, encoded_size
 
 #: Decoded records kept in memory across all cached objects, and their size as stored
 #: (uncompressed NDJSON; as dicts in memory about 1.8 times that: 1,973 bytes for a 1,103-byte
-#: event). Enough for the tail the compactor (every 5 s) and the index pipeline (a snapshot
-#: every 5 s) have not passed yet at 15,000 events/s of ~1 KB, so neither reads back what this
-#: gateway just wrote; the log collector drops an object from the cache once both have passed
-#: it, so the cache is this full only under heavy ingest (at most ~230 MB). At 48 MiB, 90% of
-#: the log objects of a 9,000 events/s ingest were evicted before one of the two had read them,
-#: and each was fetched, unsealed, decompressed and parsed again.
-CACHE_RECORDS = 150_000
-CACHE_BYTES = 128 * 1024 * 1024
+#: event). Enough for the tail the compactor and the index pipeline (a snapshot every 5 s) have
+#: not passed yet at 20,000 events/s of ~1 KB: the compactor starts a run every 5 s and a run
+#: of 5 s of such ingest takes 2.5-3 s, so it reads objects up to ~8 s old; neither then reads
+#: back what this gateway just wrote. The log collector drops an object from the cache once
+#: both have passed it, so the cache is this full only under heavy ingest (at most ~350 MB).
+#: At 128 MiB (~120,000 such events), a 14,500 events/s ingest had the compactor fetch,
+#: unseal, decompress and parse again one object in six, 8% of the interpreter's time; at
+#: 48 MiB, 90% of the objects of a 9,000 events/s ingest.
+CACHE_RECORDS = 200_000
+CACHE_BYTES = 192 * 1024 * 1024
 _PAGE = 1000
 #: Log objects fetched at once when catching up (an upstream S3 answers each in milliseconds).
 FETCH_PARALLEL = 16
