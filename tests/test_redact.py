@@ -734,13 +734,18 @@ def _all_candidates(text: str, nested_only: bool) -> list[tuple[int, int]]:
     return redact._candidates(text, nested_only, (raw, low, set(range(len(redact.RULES)))))
 
 
-def test_every_rule_but_the_flag_form_has_triggers():
-    """The one-pass prefilter covers the rules; only ``--password VALUE`` (trigger ``--``,
-    which ordinary Markdown is full of) is always scanned."""
+def test_every_rule_has_triggers():
+    """The one-pass prefilter covers every rule: ``--password VALUE``, whose scanner starts
+    with ``--`` (which ordinary Markdown and shell are full of), is woken by the credential
+    keywords every flag it takes contains."""
     from gateway.biography import redact
 
-    always = [redact.RULES[i].scanner.pattern[:2] for i in redact._TRIGGERS.always]
-    assert always == ["--"]
+    assert not redact._TRIGGERS.always
+    flag = next(r for r in redact.RULES if r.contains)
+    assert {"passw", "token", "secret", "api", "pwd"} <= set(redact._triggers(flag))
+    red = Redactor(KEY)
+    for text in (f"run --db-password {STRONG[0]} now", f"--API-KEY {STRONG[3]}", f"x --token {STRONG[1]}"):
+        assert red.redact_text(text)[1] == 1
 
 
 @pytest.mark.parametrize("nested_only", [False, True])
@@ -752,6 +757,7 @@ def test_trigger_prefilter_finds_what_the_full_scan_finds(nested_only):
 
     texts = [fake for fakes in TOKENS.values() for fake in fakes] + list(STRONG)
     texts += [f"password = {v}" for v in STRONG] + [f'{{"Api-Key": "{_mix(24)}"}}', "x://u:p@h"]
+    texts += [f"--db-password {v}" for v in STRONG] + [f"cmd --Api-Key {_mix(24)} -- --token\t{_mix(30)}"]
     texts += [t for t in FALSE_POSITIVE_TEXTS.values() if isinstance(t, str)]
     for text in list(texts):
         texts += [text.upper(), "é " + text, f"prose before {text} and after"]

@@ -56,7 +56,9 @@ import threading
 from bisect import bisect_right
 from collections import Counter
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+from itertools import accumulate
 from re import _constants as _c  # the parsed form of our own scanners (triggers)
 from re import _parser as _sre_parser
 from typing import Any
@@ -383,6 +385,9 @@ class Rule:
     lowered: bool = False
     nested: bool = True
     back: int = 0  # the pattern starts this many characters before the scanner's hit
+    #: a pattern whose match every scanner match contains, where the scanner itself starts
+    #: too vaguely to give triggers (``--`` of ``--password VALUE``): its literals are used
+    contains: str | None = None
 
 
 def _rule(name: str, scanner: str, pattern: str, check: Check, back: int = 0) -> Rule:
@@ -491,6 +496,9 @@ RULES: tuple[Rule, ...] = (
         _check_assignment,
         lowered=True,
         nested=False,
+        # every flag it takes names a credential: a text with no keyword holds none (most
+        # text, whose "--" in Markdown and shell would otherwise wake this rule every time)
+        contains=_KEYWORD,
     ),
 )
 
@@ -559,7 +567,7 @@ def _triggers(rule: Rule) -> list[str] | None:
     """Lower-cased literals, one of which occurs (in the lower-cased text) wherever the
     rule's scanner matches; None when the scanner has no usable literal start."""
     try:
-        found = _literal_prefixes(_sre_parser.parse(rule.scanner.pattern))
+        found = _literal_prefixes(_sre_parser.parse(rule.contains or rule.scanner.pattern))
     except Exception:  # noqa: BLE001 - an unexpected parse shape only costs speed
         return None
     if found is None or any(len(t) < _MIN_TRIGGER for t in found[0]):
@@ -598,11 +606,11 @@ class _Triggers:
             self._one.add_word(word, k)
         self._one.make_automaton()
 
-    def live(self, low: str) -> set[int]:
+    def live(self, low: str) -> AbstractSet[int]:
         """The rules woken by the triggers in ``low`` (lower-cased), plus those always run."""
         return self._woken({k for _, k in self._one.iter(low)})
 
-    def live_each(self, lows: list[str]) -> list[set[int]]:
+    def live_each(self, lows: list[str]) -> list[AbstractSet[int]]:
         """:meth:`live` of each of ``lows``, from one pass over them all.
 
         ``ahocorasick_rs`` lets go of the GIL for every search, and a request thread that
@@ -612,16 +620,16 @@ class _Triggers:
         The texts are joined with a NUL, which no trigger holds, so no trigger is found
         across two of them.
         """
-        starts, pos = [], 0
-        for low in lows:
-            starts.append(pos)
-            pos += len(low) + 1
-        hits: list[set[int]] = [set() for _ in lows]
+        starts = list(accumulate([len(low) + 1 for low in lows], initial=0))
+        hits: dict[int, set[int]] = {}
         for k, start, _ in self._automaton.find_matches_as_indexes("\0".join(lows), overlapping=True):
-            hits[bisect_right(starts, start) - 1].add(k)
-        return [self._woken(found) for found in hits]
+            hits.setdefault(bisect_right(starts, start) - 1, set()).add(k)
+        # most texts hold no trigger: they share the one set of the rules that always run
+        return [self._woken(hits[i]) if i in hits else self.always for i in range(len(lows))]
 
-    def _woken(self, triggers: set[int]) -> set[int]:
+    def _woken(self, triggers: set[int]) -> AbstractSet[int]:
+        if not triggers:
+            return self.always
         live = set(self.always)
         for k in triggers:
             live.update(self.rules[k])
@@ -633,7 +641,7 @@ _KEYWORD_RULES = frozenset(i for i, r in enumerate(RULES) if r.check is _check_a
 _ANY_KEYWORD_LOWER = re.compile(_KEYWORD)
 
 
-def _live_rules(low: str | bytes) -> set[int]:
+def _live_rules(low: str | bytes) -> AbstractSet[int]:
     """The rules whose scanner can match: their trigger occurs in ``low`` (lower-cased).
 
     Most event text holds none of the triggers, so the per-rule scans are skipped: one pass
@@ -662,7 +670,7 @@ def _candidates(text: str, nested_only: bool,
     return found
 
 
-Views = tuple[str | bytes, str | bytes, set[int]]
+Views = tuple[str | bytes, str | bytes, AbstractSet[int]]
 
 
 def _scan_views(text: str) -> Views:
@@ -876,7 +884,14 @@ class Redactor:
         fields no pattern rule should touch, but where a pasted secret must not stay)."""
         return self._redact_values(text)
 
+    @property
+    def has_values(self) -> bool:
+        """Whether any exact value is registered (else :meth:`redact_values` changes nothing)."""
+        return self._values.automaton is not None
+
     def _redact_values(self, text: str, in_json: bool = False) -> tuple[str, int]:
+        if self._values.automaton is None:
+            return text, 0
         spans = self._values.spans(text, in_json)
         if not spans:
             return text, 0

@@ -191,6 +191,9 @@ class Biographies:
         if e.data is not None:
             e.data, n = self.redactor.redact_json_text(e.data, data_views)
             hits += n
+        e.redactions = hits
+        if not self.redactor.has_values:
+            return e
         # a vault value pasted anywhere else (a URI's query, a tag) goes too; the pattern
         # rules stay on content and data, where prose and tool output live
         for name in ("artifact_uri", "tool", "model"):
