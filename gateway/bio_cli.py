@@ -191,6 +191,25 @@ class _Follower:
         return fresh
 
 
+#: Windows a tail without --since or --session reads back over, the next wider one only when
+#: a window holds fewer than --limit events (the whole biography only when none does).
+TAIL_WINDOWS = ("1h", "1d", "7d", "30d", "365d")
+
+
+def _backlog(client: BioClient, agent: str | None, session: str | None, kinds: list[str] | None,
+             since: str | None, limit: int) -> list[Mapping[str, Any]]:
+    """Matching events, among which the last ``limit`` are: ``tail -n 1`` of a long
+    biography read every page of it before. Without a session, events come in (time, id)
+    order, so a window from some time on that holds ``limit`` events holds the last ones.
+    In a session the order is the client's ``seq``, which times need not follow: all of it."""
+    if since is None and session is None:
+        for window in TAIL_WINDOWS:
+            found = list(client.iter_events(agent=agent, kinds=kinds, since=window))
+            if len(found) >= limit:
+                return found
+    return list(client.iter_events(agent=agent, session=session, kinds=kinds, since=since))
+
+
 @bio.command("tail")
 @agent_option
 @session_option
@@ -215,7 +234,7 @@ def tail(agent: str | None, session: str | None, kinds: tuple[str, ...], since: 
     printer = _EventPrinter(as_json)
     kind_list = _kinds(kinds)
     try:
-        backlog = list(client.iter_events(agent=agent, session=session, kinds=kind_list, since=since))
+        backlog = _backlog(client, agent, session, kind_list, since, limit)
         printer(backlog[-limit:])
         if not follow:
             return

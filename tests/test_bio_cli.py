@@ -175,6 +175,26 @@ def test_tail_filters_and_json(gw, story):
     assert bio(gw, "tail", "--agent", name, "--since", "1s").stdout == ""  # nothing that recent
 
 
+def test_tail_reads_back_only_as_far_as_its_last_events_need(gw, root):
+    """A tail without --since widens its window (an hour, a day, a week...) until it holds
+    --limit events: the last N are the same as from reading everything."""
+    name, _, client = new_agent(root)
+    now = time.time()
+    ages = [400 * 86400, 40 * 86400, 3 * 86400, 3 * 86400 - 1, 7200, 60, 30]
+    client.put_events([{"event_id": f"t{i}", "session": f"s{i % 2}", "kind": "note", "ts": now - age,
+                        "content": f"n{i}"} for i, age in enumerate(ages)])
+
+    def ids(*args: str) -> list[str]:
+        return [r["event_id"] for r in ndjson_lines(bio(gw, "tail", "--agent", name, "--json", *args).stdout)]
+
+    everything = [f"t{i}" for i in range(len(ages))]
+    for n in range(1, len(ages) + 3):
+        assert ids("-n", str(n)) == everything[-n:]
+    assert ids("-n", "1", "--kind", "note") == ["t6"]
+    assert ids("-n", "2", "--session", "s0") == ["t4", "t6"]  # a session: read whole, in its order
+    assert bio(gw, "tail", "--agent", name, "-n", "2").stdout.count("\n") == 2
+
+
 def test_tail_defaults_to_the_callers_own_biography(gw, story, root):
     creds = story["creds"]
     env = cli_env(gw, creds["access_key"], creds["secret_key"])
