@@ -794,3 +794,22 @@ def test_redaction_with_a_batch_trigger_pass_equals_redaction_alone(red):
     for i, text in enumerate(texts):
         assert red.redact_text(text, views[i]) == red.redact_text(text)
         assert red.redact_json_text(datas[i], views[len(texts) + i]) == red.redact_json_text(datas[i])
+
+
+def test_header_pairs_are_keyed_by_their_name(red):
+    """HTTP clients log headers as [name, value] pairs: the value of a credential-named header
+    is judged as if assigned to that name (the scheme word stays readable); other pairs, and
+    ordinary words paired with a credential word, stay."""
+    bearer = _mix(40)
+    data = {"request": {"headers": [["Authorization", f"Bearer {bearer}"], ["Accept", "application/json"],
+                                    ["X-Api-Key", STRONG[3]]]},
+            "pairs": [["token", "bucket"], ["secret", "hello world"], ["a", "b"]]}
+    out, n = red.redact_json(data)
+    assert n == 2
+    auth, accept, key = out["request"]["headers"]
+    assert auth[0] == "Authorization" and auth[1].startswith("Bearer [REDACTED:") and bearer not in auth[1]
+    assert accept == ["Accept", "application/json"] and MARKER.fullmatch(key[1])
+    assert out["pairs"] == data["pairs"]
+    text = orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
+    redacted, count = red.redact_json_text(text)
+    assert count == 2 and bearer not in redacted and STRONG[3] not in redacted

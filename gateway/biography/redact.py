@@ -947,7 +947,9 @@ def _usable(values: Iterable[str]) -> set[str]:
 
 def _collect(value: object, key: object, leaves: list[str], keyed: dict[int, str]) -> None:
     """Every string in a JSON-like value, in walk order; ``keyed`` maps the index of each
-    string held under a credential-named dict key to that key."""
+    string held under a credential-named dict key to that key, or paired with one: HTTP
+    clients log headers as ``[name, value]`` pairs (``[["Authorization", "Bearer …"], …]``),
+    where the value's key is the string before it."""
     if isinstance(value, str):
         if isinstance(key, str) and credential_key(key):
             keyed[len(leaves)] = key
@@ -956,6 +958,10 @@ def _collect(value: object, key: object, leaves: list[str], keyed: dict[int, str
         for k, v in value.items():
             _collect(v, k, leaves, keyed)
     elif isinstance(value, (list, tuple)):
+        if len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], str):
+            leaves.append(value[0])
+            _collect(value[1], value[0], leaves, keyed)
+            return
         for v in value:
             _collect(v, None, leaves, keyed)
 
