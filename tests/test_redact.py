@@ -813,3 +813,22 @@ def test_header_pairs_are_keyed_by_their_name(red):
     text = orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()
     redacted, count = red.redact_json_text(text)
     assert count == 2 and bearer not in redacted and STRONG[3] not in redacted
+
+
+def test_named_values_are_keyed_by_their_name(red):
+    """Kubernetes and CI configs list variables as {"name": ..., "value": ...}, and a
+    {"value": ...} under a credential key is that credential's value: both are judged as
+    assigned to the name. Placeholders, references and ordinary variables stay."""
+    secret = _mix(36)
+    data = {"env": [{"name": "DB_PASSWORD", "value": secret}, {"name": "LOG_LEVEL", "value": "debug"},
+                    {"name": "API_TOKEN", "value": "${API_TOKEN}"}, {"key": "API_KEY", "value": STRONG[3]}],
+            "password": {"value": STRONG[0], "type": "string"},
+            "stats": {"name": "token_count", "value": "42"}, "plain": {"value": _mix(36)}}
+    out, n = red.redact_json(data)
+    assert n == 3
+    assert MARKER.fullmatch(out["env"][0]["value"]) and MARKER.fullmatch(out["env"][3]["value"])
+    assert out["env"][1:3] == data["env"][1:3] and out["env"][0]["name"] == "DB_PASSWORD"
+    assert MARKER.fullmatch(out["password"]["value"]) and out["password"]["type"] == "string"
+    assert out["stats"] == data["stats"] and out["plain"] == data["plain"]
+    text, count = red.redact_json_text(orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode())
+    assert count == 3 and secret not in text and STRONG[0] not in text

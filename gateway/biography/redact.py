@@ -949,14 +949,17 @@ def _collect(value: object, key: object, leaves: list[str], keyed: dict[int, str
     """Every string in a JSON-like value, in walk order; ``keyed`` maps the index of each
     string held under a credential-named dict key to that key, or paired with one: HTTP
     clients log headers as ``[name, value]`` pairs (``[["Authorization", "Bearer …"], …]``),
-    where the value's key is the string before it."""
+    where the value's key is the string before it; Kubernetes and CI configs list variables as
+    ``{"name": "DB_PASSWORD", "value": …}``; and a ``{"value": …}`` under a credential key
+    (``{"password": {"value": …}}``) is that credential's value."""
     if isinstance(value, str):
         if isinstance(key, str) and credential_key(key):
             keyed[len(leaves)] = key
         leaves.append(value)
     elif isinstance(value, dict):
+        named = _value_named(value, key)
         for k, v in value.items():
-            _collect(v, k, leaves, keyed)
+            _collect(v, named if k == "value" and named else k, leaves, keyed)
     elif isinstance(value, (list, tuple)):
         if len(value) == 2 and isinstance(value[0], str) and isinstance(value[1], str):
             leaves.append(value[0])
@@ -964,6 +967,17 @@ def _collect(value: object, key: object, leaves: list[str], keyed: dict[int, str
             return
         for v in value:
             _collect(v, None, leaves, keyed)
+
+
+def _value_named(d: dict, key: object) -> str | None:
+    """The credential name a dict's ``"value"`` string is assigned to: its ``"name"`` (or
+    ``"key"``) when that names a credential, else the credential key the dict is under."""
+    if not isinstance(d.get("value"), str):
+        return None
+    for name in (d.get("name"), d.get("key"), key):
+        if isinstance(name, str) and credential_key(name):
+            return name
+    return None
 
 
 class _JsonWalk:
