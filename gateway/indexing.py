@@ -733,8 +733,10 @@ class SearchIndex:
         """Checkpoint, lag, snapshot age and holder (``/v1/index/status``)."""
         now = time.time()
         manifest = latest(self.blobs, PREFIX)
+        # a writer has read past its last commit; what it read is not searchable until then
+        shown = self._committed if self._writer is not None else self.positions
         try:
-            lag = len(self.log.reader.pending(self.positions))
+            lag = len(self.log.reader.pending(shown))
         except StoreError:
             lag = None
         searcher = self._searcher

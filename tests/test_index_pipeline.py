@@ -409,3 +409,16 @@ def test_a_step_that_left_a_backlog_makes_the_next_one_a_catch_up(gw, monkeypatc
     ingest(gw, 5, "d")
     index.step()
     assert not index._catching_up and hits(index, "d") == 5
+
+
+def test_status_lag_counts_what_search_does_not_show_yet(gw):
+    """Objects a step read but has not committed are not searchable: the status counts them
+    as lag until the commit (a client waiting for lag 0 then finds every event)."""
+    index = gw.search_index
+    index.step()
+    assert index.status()["lag_objects"] == 0
+    ingest(gw, 5, "pending")
+    assert index._consume()  # read and applied, not committed
+    assert index.status()["lag_objects"] == 1 and hits(index, "pending") == 0
+    index._commit()
+    assert index.status()["lag_objects"] == 0 and hits(index, "pending") == 5
