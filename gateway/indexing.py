@@ -445,8 +445,8 @@ class SearchIndex:
         for writer, seq in self.log.reader.pending(start):
             advance(self._fence, writer, seq)
 
-    def _apply(self, adds: list, upserts: list, deletes: list, event_adds: list[dict] = (),
-               event_upserts: list[dict] = ()) -> None:
+    def _apply(self, adds: list, upserts: list, deletes: list, event_adds: list[dict],
+               event_upserts: list[dict]) -> None:
         """``adds``: entries no other record holds (see ``BioRecord.fresh``), added without
         the delete an upsert does first. ``event_adds`` and ``event_upserts``: biography
         events (log records), whose entries the writer's process makes."""
@@ -459,15 +459,15 @@ class SearchIndex:
             if upserts:
                 self._writer.upsert(upserts)
             if event_upserts:
-                skipped += self._writer.upsert_records(list(event_upserts))[1]
+                skipped += self._writer.upsert_records(event_upserts)[1]
             if adds:
                 self._writer.add(adds)
             if event_adds:
-                skipped += self._writer.add_records(list(event_adds))[1]
+                skipped += self._writer.add_records(event_adds)[1]
         except (ValueError, TypeError):
             # upserts repeat harmlessly (each deletes what an earlier try added): redo them all
             # one by one, the adds as upserts too
-            self._upsert_each(upserts + adds + self._event_entries([*event_upserts, *event_adds]))
+            self._upsert_each(upserts + adds + self._event_entries(event_upserts + event_adds))
             return
         if skipped:
             self.stats["skipped"] += skipped

@@ -84,19 +84,19 @@ class ProcessIndexWriter:
     def upsert(self, entries: Entry | Iterable[Entry]) -> int:
         if isinstance(entries, Entry):
             entries = [entries]
-        return self._entries("upsert", entries)
+        return self._batch("upsert", "entries", [_row(entry) for entry in entries])[0]
 
     def add(self, entries: Iterable[Entry]) -> int:
-        return self._entries("add", entries)
+        return self._batch("add", "entries", [_row(entry) for entry in entries])[0]
 
     def upsert_records(self, records: list[dict]) -> tuple[int, int]:
         """Upsert the entries ``entry_of`` makes of ``records``: (upserted, records skipped
         because no entry could be made of them)."""
-        return self._records("upsert_records", records)
+        return self._batch("upsert", "records", records)
 
     def add_records(self, records: list[dict]) -> tuple[int, int]:
         """:meth:`add` of the entries ``entry_of`` makes of ``records`` (see :meth:`upsert_records`)."""
-        return self._records("add_records", records)
+        return self._batch("add", "records", records)
 
     def delete(self, sources: str | Iterable[str]) -> int:
         sources = [sources] if isinstance(sources, str) else list(sources)
@@ -150,20 +150,13 @@ class ProcessIndexWriter:
 
     # -- the pipe -------------------------------------------------------------------------
 
-    def _entries(self, op: str, entries: Iterable[Entry]) -> int:
-        rows = [_row(entry) for entry in entries]
-        if not rows:
-            return 0
-        with self._lock:
-            n = self._call((op, orjson.dumps(rows)))
-            self._pending += n
-        return n
-
-    def _records(self, op: str, records: list[dict]) -> tuple[int, int]:
-        if not records:
+    def _batch(self, op: str, form: str, items: list) -> tuple[int, int]:
+        """Have the child ``op`` (upsert, add) the entries of ``items``, entry rows or records
+        (``form``): (applied, records skipped)."""
+        if not items:
             return 0, 0
         with self._lock:
-            n, skipped = self._call((op, orjson.dumps(records)))
+            n, skipped = self._call((op, form, orjson.dumps(items)))
             self._pending += n
         return n, skipped
 
@@ -220,6 +213,22 @@ def _entry(row: list) -> Entry:
     return Entry(*row)
 
 
+def _entries_of(form: str, items: list, entry_of: EntryOf | None) -> tuple[list[Entry], int]:
+    """The entries ``items`` stand for (rows of entries, or records ``entry_of`` makes entries
+    of), and how many records were skipped because no entry could be made of them."""
+    if form == "entries":
+        return [_entry(row) for row in items], 0
+    if entry_of is None:
+        raise ValueError("this writer was started without entry_of: it takes entries only")
+    entries, skipped = [], 0
+    for record in items:
+        try:
+            entries.append(entry_of(record))
+        except Exception:  # noqa: BLE001 - one odd record must not stop the index
+            skipped += 1
+    return entries, skipped
+
+
 # -- the child process ----------------------------------------------------------------------
 
 
@@ -258,19 +267,8 @@ def _serve(conn: Any, path: str, heap_size: int, num_threads: int, entry_of: Ent
 def _apply(writer: IndexWriter, request: tuple, entry_of: EntryOf | None) -> Any:
     op = request[0]
     if op in ("upsert", "add"):
-        entries = [_entry(row) for row in orjson.loads(request[1])]
-        return writer.upsert(entries) if op == "upsert" else writer.add(entries)
-    if op in ("upsert_records", "add_records"):
-        if entry_of is None:
-            raise ValueError("this writer was started without entry_of: it takes entries only")
-        entries, skipped = [], 0
-        for record in orjson.loads(request[1]):
-            try:
-                entries.append(entry_of(record))
-            except Exception:  # noqa: BLE001 - one odd record must not stop the index
-                skipped += 1
-        n = writer.upsert(entries) if op == "upsert_records" else writer.add(entries)
-        return n, skipped
+        entries, skipped = _entries_of(request[1], orjson.loads(request[2]), entry_of)
+        return (writer.upsert(entries) if op == "upsert" else writer.add(entries)), skipped
     if op == "delete":
         return writer.delete(request[1])
     if op == "delete_events":

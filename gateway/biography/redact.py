@@ -890,7 +890,7 @@ class Redactor:
         return self._values.automaton is not None
 
     def _redact_values(self, text: str, in_json: bool = False) -> tuple[str, int]:
-        if self._values.automaton is None:
+        if not self.has_values:
             return text, 0
         spans = self._values.spans(text, in_json)
         if not spans:

@@ -191,11 +191,15 @@ class Biographies:
         if e.data is not None:
             e.data, n = self.redactor.redact_json_text(e.data, data_views)
             hits += n
+        if self.redactor.has_values:
+            hits += self._redacted_names(e)
         e.redactions = hits
-        if not self.redactor.has_values:
-            return e
-        # a vault value pasted anywhere else (a URI's query, a tag) goes too; the pattern
-        # rules stay on content and data, where prose and tool output live
+        return e
+
+    def _redacted_names(self, e: Event) -> int:
+        """A vault value pasted anywhere else (a URI's query, a tag) goes too; the pattern
+        rules stay on content and data, where prose and tool output live."""
+        hits = 0
         for name in ("artifact_uri", "tool", "model"):
             text = getattr(e, name)
             if text:
@@ -208,8 +212,7 @@ class Biographies:
             if any(n for _, n in redacted):
                 e.tags = [tag for tag, _ in redacted]
                 hits += sum(n for _, n in redacted)
-        e.redactions = hits
-        return e
+        return hits
 
     # -- reading --------------------------------------------------------------
 
