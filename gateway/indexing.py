@@ -212,6 +212,8 @@ class SearchIndex:
                     return False
             if self._consume():
                 self._commit()
+            elif not self._writer.pending:  # what it read held nothing to index (audit records)
+                self._committed = dict(self.positions)
             every = PUBLISH_INTERVAL * (CATCHUP_PUBLISH_FACTOR if self._far_behind else 1)
             if self._dirty and time.monotonic() - self._last_publish >= every:
                 self._publish()

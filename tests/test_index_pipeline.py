@@ -422,3 +422,19 @@ def test_status_lag_counts_what_search_does_not_show_yet(gw):
     assert index.status()["lag_objects"] == 1 and hits(index, "pending") == 0
     index._commit()
     assert index.status()["lag_objects"] == 0 and hits(index, "pending") == 5
+
+
+def test_status_lag_reaches_zero_when_the_log_holds_nothing_to_index(gw):
+    """Every request logs an audit record, which search does not index: a step that reads only
+    such objects commits nothing, and the status must still count them as read (a client
+    polling the status, itself a request, waited forever for lag 0)."""
+    from gateway.log import AuditEntry
+
+    index = gw.search_index
+    ingest(gw, 5, "indexed")
+    index.step()
+    assert index.status()["lag_objects"] == 0
+    gw.durable_log.append([AuditEntry({"action": "s3:GetObject", "time": "2026-12-02T06:00:00Z"})])
+    assert index.status()["lag_objects"] == 1
+    index.step()
+    assert index.status()["lag_objects"] == 0 and hits(index, "indexed") == 5
