@@ -153,6 +153,7 @@ class Gateway:
                     await asyncio.gather(sweeper, return_exceptions=True)
                 await self.mcp.stop()
                 self.executor.shutdown(wait=True, cancel_futures=True)
+                self.biographies.close()
                 self.durable_log.close()
                 self._close_index()
                 self._release_lease()
@@ -280,7 +281,8 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     compactor = Compactor(durable_log, files, [BioStream(), AuditStream()])
     audit = AuditLog(durable_log, compactor)
     recorder = Recorder(audit, metrics)
-    biographies = Biographies(store, durable_log, compactor, files)
+    biographies = Biographies(store, durable_log, compactor, files,
+                              ingest_processes=config.ingest_process_count)
     memory = Memory(store, durable_log)
     skills = Skills(store, durable_log)
     ctx = S3Context(store=store, region=config.region, biographies=biographies, memory=memory,
@@ -288,7 +290,7 @@ def build(config: Config, access_key: str, secret_key: str) -> Gateway:
     s3 = S3App(ctx, authenticator, executor, authorizer, recorder, domain=config.domain,
                body_timeout=config.body_timeout, inline_io=config.backend == "local",
                keepalive_after=config.copy_keepalive)
-    secrets = Secrets(store, store.keys, on_values=biographies.redactor.replace_values)
+    secrets = Secrets(store, store.keys, on_values=biographies.replace_values)
     router = build_router(identities, authorizer, audit, metrics, KeyRotation(store, secrets))
     vault_api.add_routes(router, secrets)
     bio_api.add_routes(router, biographies)

@@ -56,6 +56,9 @@ def main() -> None:
 @click.option("--index-writer/--no-index-writer", default=None,
               help="Whether this gateway may write the search index (default: yes). With "
               "--no-index-writer it serves searches from the published snapshots only.")
+@click.option("--ingest-processes", type=int,
+              help="Processes that validate and redact large event batches beside the gateway "
+              "(default: one per CPU, none on one CPU; 0: none).")
 def serve(config_file: str | None, **flags) -> None:
     """Run the gateway. Every flag is also ORGMEM_<FLAG> and a key in the TOML file."""
     from . import httpserver

@@ -50,6 +50,9 @@ class Config:
     #: whether this gateway may write the search index (take the index lease); a gateway
     #: that may not serves searches from the published snapshots only
     index_writer: bool = True
+    #: processes that parse, validate and redact large event batches beside the gateway's
+    #: interpreter; 0: all in its request threads; unset: one per CPU (none on one CPU)
+    ingest_processes: int | None = None
     root_access_key: str | None = None
     root_secret_key: str | None = None
 
@@ -90,7 +93,18 @@ class Config:
         if not 0 < self.copy_keepalive <= 300:
             raise ValueError(f"copy_keepalive must be more than 0 and at most 300 seconds, "
                              f"not {self.copy_keepalive}")
+        if self.ingest_processes is not None and not 0 <= self.ingest_processes <= 64:
+            raise ValueError(f"ingest_processes must be 0 to 64, not {self.ingest_processes}")
         self._validate_backend()
+
+    @property
+    def ingest_process_count(self) -> int:
+        """``ingest_processes``, or when unset one per CPU this process may run on (none on one:
+        a process of its own would only take turns with the gateway on the one CPU)."""
+        if self.ingest_processes is not None:
+            return self.ingest_processes
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+        return cpus if cpus > 1 else 0
 
     def _validate_backend(self) -> None:
         if self.backend in ("", "local"):

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from gateway.app import build
-from gateway.biography import service
+from gateway.biography import prepare
 from gateway.biography.events import validate_batch
 from gateway.config import Config
 
@@ -19,6 +19,7 @@ def gw(tmp_path):
     g = build(Config(data=str(tmp_path / "data")), "AKIABIOSERVICETEST01", "b" * 40)
     g.durable_log.start()
     yield g
+    g.biographies.close()
     g.durable_log.close()
     g.executor.shutdown(wait=True)
     g.store.close()
@@ -61,7 +62,7 @@ def test_redaction_runs_in_at_most_two_threads_and_every_batch_is_appended(gw, m
         t.join(60)
     assert not errors and len(acked) == len(set(acked)) == 240
     assert 1 <= most[0] <= 2  # eight threads at once, held to two by the slots
-    assert service.INGEST_SLOTS.free == 2  # every slot was given back
+    assert prepare.INGEST_SLOTS.free == 2  # every slot was given back
 
 
 def test_a_validation_by_the_rest_api_takes_a_slot(gw, monkeypatch):
@@ -70,23 +71,23 @@ def test_a_validation_by_the_rest_api_takes_a_slot(gw, monkeypatch):
     from gateway.api import bio as bio_api
 
     seen = []
-    real = bio_api.ev.validate_batch
+    real = prepare.validate_batch
 
     def spying(*args, **kwargs):
-        seen.append(service.INGEST_SLOTS.free)
+        seen.append(prepare.INGEST_SLOTS.free)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(bio_api.ev, "validate_batch", spying)
+    monkeypatch.setattr(prepare, "validate_batch", spying)
     call = SimpleNamespace(state={}, body=orjson.dumps({"session": "s", "kind": "note"}),
                            principal=SimpleNamespace(name="agent-1"))
-    events = bio_api.BioApi(gw.biographies)._batch(call)
-    assert len(events) == 1 and seen == [1] and service.INGEST_SLOTS.free == 2
+    batch = bio_api.BioApi(gw.biographies)._batch(call)
+    assert len(batch.ids) == 1 and seen == [1] and prepare.INGEST_SLOTS.free == 2
 
 
 def test_slots_serve_waiters_in_turn():
     """A thread that releases and at once takes a slot again (a big batch, 1,000 events per
     hold) must not keep it from a thread already waiting: a plain semaphore lets it."""
-    slots = service.Slots(1)
+    slots = prepare.Slots(1)
     holds, stop = [0], threading.Event()
 
     def hog() -> None:
@@ -120,9 +121,9 @@ def test_slots_serve_waiters_in_turn():
 
 def test_a_batch_larger_than_a_slot_hold_is_redacted_in_several_holds(gw, monkeypatch):
     """A 50,000-event S3 object must not keep a slot for the whole of its redaction."""
-    monkeypatch.setattr(service, "SLOT_EVENTS", 7)
+    monkeypatch.setattr(prepare, "SLOT_EVENTS", 7)
     holds = [0]
-    real = service.INGEST_SLOTS
+    real = prepare.INGEST_SLOTS
 
     class Counting:
         def __enter__(self):
@@ -132,7 +133,7 @@ def test_a_batch_larger_than_a_slot_hold_is_redacted_in_several_holds(gw, monkey
         def __exit__(self, *exc):
             return real.__exit__(*exc)
 
-    monkeypatch.setattr(service, "INGEST_SLOTS", Counting())
+    monkeypatch.setattr(prepare, "INGEST_SLOTS", Counting())
     body = b"\n".join(orjson.dumps({"session": "big", "kind": "note", "content": f"e {i}"}) for i in range(30))
     ids = gw.biographies.ingest(validate_batch(body, caller="agent-1", now_us=int(time.time() * 1e6)))
     assert len(ids) == 30 and holds[0] == 5  # 7 + 7 + 7 + 7 + 2
@@ -143,7 +144,7 @@ def test_large_events_hold_a_slot_each_not_a_thousand_at_a_time(gw, monkeypatch)
     one slot for their whole redaction, and two such requests stalled every other agent's
     append for 25 s. A hold now ends after SLOT_CHARS of text."""
     holds = []
-    real = service.INGEST_SLOTS
+    real = prepare.INGEST_SLOTS
 
     class Counting:
         def __enter__(self):
@@ -153,15 +154,15 @@ def test_large_events_hold_a_slot_each_not_a_thousand_at_a_time(gw, monkeypatch)
         def __exit__(self, *exc):
             return real.__exit__(*exc)
 
-    real_redacted = gw.biographies._redacted
+    real_redacted = gw.biographies.preparer.redacted
 
     def counted(e, *views):
         holds[-1] += 1
         return real_redacted(e, *views)
 
-    monkeypatch.setattr(service, "INGEST_SLOTS", Counting())
-    monkeypatch.setattr(gw.biographies, "_redacted", counted)
-    big = "word " * (service.SLOT_CHARS // 5 + 1)
+    monkeypatch.setattr(prepare, "INGEST_SLOTS", Counting())
+    monkeypatch.setattr(gw.biographies.preparer, "redacted", counted)
+    big = "word " * (prepare.SLOT_CHARS // 5 + 1)
     lines = [{"session": "big", "kind": "tool_result", "content": big} for _ in range(3)]
     lines += [{"session": "big", "kind": "note", "content": "small"} for _ in range(4)]
     body = b"\n".join(orjson.dumps(line) for line in lines)

@@ -14,8 +14,9 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..biography import events as ev
+from ..biography.prepare import Prepared
 from ..biography.query import BadCursor, Filter
-from ..biography.service import INGEST_SLOTS, Biographies
+from ..biography.service import Biographies
 from ..iam.audit import parse_since_us
 from ..iam.model import RESERVED_NAMES, IdentityError, check_name
 from .rest import ApiError, Call, Reply, Router
@@ -65,30 +66,26 @@ class BioApi:
 
     # -- writing ----------------------------------------------------------------
 
-    def _batch(self, call: Call) -> list[ev.Event]:
-        """The validated batch (parsed once, by the resource check, kept for the handler)."""
+    def _batch(self, call: Call) -> Prepared:
+        """The batch validated and redacted (once, by the resource check, kept for the handler)."""
         batch = call.state.get("events")
         if batch is None:
             try:
-                with INGEST_SLOTS:
-                    batch = ev.validate_batch(call.body, caller=call.principal.name,
-                                              now_us=int(time.time() * 1_000_000))
+                batch = self.bios.prepare(call.body, call.principal.name, int(time.time() * 1_000_000))
             except ev.EventError as exc:
                 raise ApiError("InvalidEvent", f"{exc}; nothing was stored.") from None
             call.state["events"] = batch
         return batch
 
     def first_event_arn(self, call: Call) -> str:
-        first = self._batch(call)[0]
-        return f"{ARN}{first.agent}/{first.session}"
+        agent, session = self._batch(call).first
+        return f"{ARN}{agent}/{session}"
 
     def other_event_arns(self, call: Call) -> list[tuple[str, str]]:
-        seen = {(e.agent, e.session) for e in self._batch(call)[1:]}
-        return [("bio:PutEvents", f"{ARN}{a}/{s}") for a, s in sorted(seen)]
+        return [("bio:PutEvents", f"{ARN}{a}/{s}") for a, s in self._batch(call).others]
 
     def put_events(self, call: Call) -> Reply:
-        batch = self._batch(call)
-        ids = self.bios.ingest(batch)
+        ids = self.bios.append(self._batch(call))
         return Reply(200, {"event_ids": ids, "count": len(ids)})
 
     # -- reading ----------------------------------------------------------------

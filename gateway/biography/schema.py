@@ -98,12 +98,12 @@ _SORTING = [
 ]
 
 _EPOCH_DATE = date(1970, 1, 1)
-_DAY_US = 86_400_000_000
+DAY_US = 86_400_000_000
 
 
 def date_of(ts_us: int) -> str:
     """The UTC date of a timestamp in microseconds, as ``yyyy-mm-dd`` (the partition value)."""
-    return _date_of_day(ts_us // _DAY_US)
+    return _date_of_day(ts_us // DAY_US)
 
 
 @lru_cache(maxsize=4096)
@@ -146,12 +146,29 @@ def records_to_table(records: list[dict]) -> pa.Table:
     compactor skips such records before they get here: see ``REQUIRED_FIELDS``).
     """
     table = pa.Table.from_struct_array(pa.array(records, type=_RECORD_STRUCT))
+    return _with_defaults(table).cast(EVENT_SCHEMA).sort_by(SORT_KEYS)
+
+
+def usable_records_table(records: list[dict]) -> pa.Table | None:
+    """:func:`records_table`, or None when some record is not a usable event (a required
+    field missing or null, a value of the wrong type): the caller then goes record by record
+    to find and skip it, which ingest makes rare."""
+    try:
+        table = pa.Table.from_struct_array(pa.array(records, type=_RECORD_STRUCT))
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        return None
+    if any(table.column(name).null_count for name in REQUIRED_FIELDS):
+        return None
+    return _with_defaults(table).cast(EVENT_SCHEMA)
+
+
+def _with_defaults(table: pa.Table) -> pa.Table:
     for name, default in _RECORD_DEFAULTS.items():
         column = table.column(name)
         if column.null_count:
             table = table.set_column(table.schema.get_field_index(name), name,
                                      pc.if_else(pc.is_valid(column), column, pa.scalar(default, column.type)))
-    return table.cast(EVENT_SCHEMA).sort_by(SORT_KEYS)
+    return table
 
 
 def table_to_events(table: pa.Table, agent: str) -> list[Event]:

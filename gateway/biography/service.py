@@ -11,8 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import time
-from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import orjson
@@ -25,8 +24,10 @@ from ..store.base import INTERNAL_BUCKET, ObjectStore, PreconditionFailed, Write
 from ..store.objects import read_object, swap_condition, write_object
 from . import query
 from .events import Event, new_event_id
-from .redact import Redactor, Views, scan_views_each
+from .prepare import Prepared, Preparer
+from .redact import Redactor
 from .schema import date_of
+from .workers import MIN_BODY, IngestWorkerGone, IngestWorkers
 
 REDACTION_KEY = "bio/redaction.key"
 RETENTION = "bio/retention.json"
@@ -35,63 +36,6 @@ RETENTION_TTL = 5.0
 _DAY = 86400
 #: Events per log append when ingesting a very large batch.
 INGEST_SLICE = 50_000
-#: Events redacted per hold of a slot (a 50,000-event S3 object does not hold one for long).
-SLOT_EVENTS = 1_000
-#: ... or this much of their content and data: a few events of megabytes each held a slot for
-#: seconds (redaction runs at a few MB/s on text dense with credential keywords), and two such
-#: requests stalled every other agent's append that long.
-SLOT_CHARS = 256 * 1024
-
-
-class Slots:
-    """A counting semaphore that serves its waiters first come, first served.
-
-    ``threading.Semaphore`` is not fair: a thread that releases and at once acquires again
-    (a large batch redacted 1,000 events per hold) keeps the interpreter and wins the slot
-    back, and a waiter can wait out the whole batch. Here a release hands the slot straight
-    to the longest waiter.
-    """
-
-    def __init__(self, count: int) -> None:
-        self._free = count
-        self._lock = threading.Lock()
-        self._waiters: deque[threading.Event] = deque()
-
-    @property
-    def free(self) -> int:
-        return self._free
-
-    def __enter__(self) -> None:
-        with self._lock:
-            if self._free and not self._waiters:
-                self._free -= 1
-                return
-            turn = threading.Event()
-            self._waiters.append(turn)
-        try:
-            turn.wait()  # set by the release that hands this thread its slot
-        except BaseException:  # interrupted while waiting: leave the queue, or pass the slot on
-            with self._lock:
-                handed = turn.is_set()
-                if not handed:
-                    self._waiters.remove(turn)
-            if handed:
-                self.__exit__()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        with self._lock:
-            if self._waiters:
-                self._waiters.popleft().set()
-            else:
-                self._free += 1
-
-
-#: Request threads that may validate and redact events at once. Only one runs Python at a
-#: time (the GIL): sixteen clients' batches validated side by side take the interpreter in
-#: turns, 1 ms each, while the threads that finish requests (the event loop, the log writer)
-#: queue behind them. Two slots keep one large batch from holding up the rest.
-INGEST_SLOTS = Slots(2)
 
 
 @dataclass
@@ -129,12 +73,16 @@ class RetentionPolicy:
 
 class Biographies:
     def __init__(self, store: ObjectStore, log: DurableLog, compactor: Compactor,
-                 files: SegmentFiles) -> None:
+                 files: SegmentFiles, ingest_processes: int = 0) -> None:
         self.store = store
         self.log = log
         self.compactor = compactor
         self.files = files
-        self.redactor = Redactor(_redaction_key(store))
+        key = _redaction_key(store)
+        self.redactor = Redactor(key)
+        self.preparer = Preparer(self.redactor)
+        #: ingest processes for large batches (None: every batch is prepared in-process)
+        self.workers = IngestWorkers(key, ingest_processes) if ingest_processes else None
         self._retention = RetentionPolicy()
         self._retention_etag: str | None = None
         self._retention_read = 0.0
@@ -143,29 +91,49 @@ class Biographies:
 
     # -- writing --------------------------------------------------------------
 
+    def prepare(self, body: bytes, caller: str, now_us: int) -> Prepared:
+        """A ``POST /v1/events`` body's records, ready for :meth:`append`: prepared by an
+        ingest process when the body is large enough to be worth one (see :mod:`.workers`),
+        else here. Raises :class:`~.events.EventError` for an invalid batch."""
+        if self.workers is not None and len(body) >= MIN_BODY:
+            try:
+                prepared = self.workers.prepare(body, caller, now_us)
+            except IngestWorkerGone:
+                prepared = None
+            if prepared is not None:
+                return prepared
+        return self.preparer.prepare(body, caller, now_us)
+
+    def append(self, prepared: Prepared) -> list[str]:
+        """Append a prepared batch; returns once it is durable (its ids)."""
+        self.log.append(prepared.records)
+        return prepared.ids
+
     def ingest(self, events: list[Event]) -> list[str]:
         """Redact and append ``events``; returns once they are durable (their ids).
 
         A very large batch (an NDJSON object from S3) is appended in slices; should the
         log fail midway, a retry is harmless: ids are stable and duplicates collapse."""
         for start in range(0, len(events), INGEST_SLICE):
-            self.log.append(self._records(events[start:start + INGEST_SLICE]))
+            self.log.append(self.preparer.records(events[start:start + INGEST_SLICE]))
         return [e.event_id for e in events]
 
-    def _records(self, events: list[Event]) -> list[BioRecord]:
-        """The redacted log records of ``events``, made in :data:`INGEST_SLOTS`, a slot held
-        for at most :data:`SLOT_EVENTS` events or :data:`SLOT_CHARS` of their text."""
-        records = []
-        for chunk in _slot_chunks(events):
-            with INGEST_SLOTS:
-                views = scan_views_each([text for e in chunk for text in (e.content or "", e.data or "")])
-                records += [BioRecord(self._redacted(e, views[2 * i], views[2 * i + 1]).to_record(),
-                                      e.id_assigned, e.id_resent) for i, e in enumerate(chunk)]
-        return records
+    def replace_values(self, values: Iterable[str]) -> None:
+        """The vault's values, redacted from every event from now on (here and in the ingest
+        processes)."""
+        values = list(values)
+        self.redactor.replace_values(values)
+        if self.workers is not None:
+            self.workers.replace_values(values)
+
+    def close(self) -> None:
+        """Stop the ingest processes (the gateway is stopping: no request is left to prepare)."""
+        if self.workers is not None:
+            self.workers.close()
 
     def note(self, events: list[Event]) -> None:
         """Append without waiting (artifact events): durable within the log's flush interval."""
-        self.log.append_nowait([BioRecord(self._redacted(e).to_record()) for e in events])
+        self.log.append_nowait([BioRecord(self.preparer.redacted(e).to_record()) for e in events])
 
     def artifact(self, agent: str, op: str, bucket: str, key: str, size: int | None = None,
                  etag: str | None = None, source: str | None = None) -> None:
@@ -179,40 +147,6 @@ class Biographies:
                       artifact_uri=f"s3://{bucket}/{uri_path(key)}",
                       data=orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode())
         self.note([event])
-
-    def _redacted(self, e: Event, content_views: Views | None = None,
-                  data_views: Views | None = None) -> Event:
-        """``e`` with its secrets redacted; the views: what :func:`scan_views_each` found in
-        its content and data (the trigger pass made for a whole batch)."""
-        hits = 0
-        if e.content:
-            e.content, n = self.redactor.redact_text(e.content, content_views)
-            hits += n
-        if e.data is not None:
-            e.data, n = self.redactor.redact_json_text(e.data, data_views)
-            hits += n
-        if self.redactor.has_values:
-            hits += self._redacted_names(e)
-        e.redactions = hits
-        return e
-
-    def _redacted_names(self, e: Event) -> int:
-        """A vault value pasted anywhere else (a URI's query, a tag) goes too; the pattern
-        rules stay on content and data, where prose and tool output live."""
-        hits = 0
-        for name in ("artifact_uri", "tool", "model"):
-            text = getattr(e, name)
-            if text:
-                text, n = self.redactor.redact_values(text)
-                if n:
-                    setattr(e, name, text)
-                    hits += n
-        if e.tags:
-            redacted = [self.redactor.redact_values(tag) for tag in e.tags]
-            if any(n for _, n in redacted):
-                e.tags = [tag for tag, _ in redacted]
-                hits += sum(n for _, n in redacted)
-        return hits
 
     # -- reading --------------------------------------------------------------
 
@@ -311,21 +245,6 @@ def _redaction_key(store: ObjectStore) -> bytes:
     found = read_object(store, INTERNAL_BUCKET, REDACTION_KEY)
     assert found is not None
     return found[0]
-
-
-def _slot_chunks(events: list[Event]) -> Iterator[list[Event]]:
-    """``events`` in runs of at most SLOT_EVENTS events or SLOT_CHARS characters of text (a
-    larger event alone)."""
-    chunk: list[Event] = []
-    size = 0
-    for e in events:
-        chunk.append(e)
-        size += len(e.content or "") + len(e.data or "")
-        if len(chunk) >= SLOT_EVENTS or size >= SLOT_CHARS:
-            yield chunk
-            chunk, size = [], 0
-    if chunk:
-        yield chunk
 
 
 def uri_path(key: str) -> str:

@@ -6,6 +6,7 @@ import io
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..log import BioRecord
 from . import schema
@@ -36,6 +37,30 @@ class BioStream:
 
     def to_table(self, payloads: list[dict[str, Any]]) -> pa.Table:
         return schema.records_to_table(payloads)
+
+    def partitions(self, payloads: list[dict[str, Any]]) -> dict[str, pa.Table] | None:
+        """A run's events by partition, each an unsorted table, made by Arrow rather than
+        record by record (which cost ~5 µs an event of the interpreter the ingest path needs).
+        None when a record is unusable or an id comes twice in the run: the compactor then
+        groups record by record, skipping the one and keeping the first of the other."""
+        table = schema.usable_records_table(payloads)
+        if table is None or pc.count_distinct(table.column("event_id")).as_py() != table.num_rows:
+            return None
+        try:  # the path names the agent; the file holds no agent column
+            agents = pa.array([p.get("agent") for p in payloads], pa.string())
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            return None
+        if agents.null_count:
+            return None
+        days = pc.divide(table.column("ts").cast(pa.int64()), schema.DAY_US)
+        keyed = pa.table({"agent": agents, "day": days,
+                          "row": pa.array(range(table.num_rows), pa.int64())})
+        groups = keyed.group_by(["agent", "day"], use_threads=False).aggregate([("row", "list")])
+        out = {}
+        for agent, day, rows in zip(groups.column("agent").to_pylist(), groups.column("day").to_pylist(),
+                                    groups.column("row_list").to_pylist(), strict=True):
+            out[partition(agent, schema.date_of(day * schema.DAY_US))] = table.take(rows)
+        return out
 
     def sort(self, table: pa.Table) -> pa.Table:
         return table.sort_by(schema.SORT_KEYS)

@@ -18,7 +18,7 @@ count, so a truncated or misplaced object is refused rather than half-read, and 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import orjson
@@ -51,6 +51,8 @@ class BioRecord:
     event: dict[str, Any]
     fresh: bool = False
     resent: bool = False
+    #: the record's line as an ingest process encoded it (see :meth:`decoded`), else None
+    raw: bytes | None = field(default=None, compare=False, repr=False)
 
     def line(self) -> dict[str, Any]:
         if self.fresh:
@@ -63,6 +65,16 @@ class BioRecord:
     def from_line(cls, line: dict[str, Any]) -> BioRecord:
         return cls(line["v"], line.get("fresh") is True, line.get("resent") is True)
 
+    @classmethod
+    def decoded(cls, raw: bytes) -> BioRecord:
+        """The record whose encoded line is ``raw``, keeping ``raw`` for the log object: the
+        line is written as it came, not encoded again."""
+        line = orjson.loads(raw)
+        return cls(line["v"], line.get("fresh") is True, line.get("resent") is True, raw)
+
+    def encoded(self) -> bytes:
+        return self.raw if self.raw is not None else _dumps(self.line())
+
 
 @dataclass(frozen=True, slots=True)
 class AuditEntry:
@@ -73,6 +85,9 @@ class AuditEntry:
 
     def line(self) -> dict[str, Any]:
         return {"k": "audit", "v": self.record}
+
+    def encoded(self) -> bytes:
+        return _dumps(self.line())
 
     @classmethod
     def from_line(cls, line: dict[str, Any]) -> AuditEntry:
@@ -103,6 +118,9 @@ class DocChanged:
     def line(self) -> dict[str, Any]:
         return {"k": "doc", "v": self.payload()}
 
+    def encoded(self) -> bytes:
+        return _dumps(self.line())
+
     @classmethod
     def from_line(cls, line: dict[str, Any]) -> DocChanged:
         payload = line["v"]
@@ -120,7 +138,7 @@ def encode(records: list[Record], writer: str, seq: int) -> bytes:
     header = {"format": FORMAT_VERSION, "writer": writer, "seq": seq, "count": len(records),
               "ids_marked": True}
     lines = [orjson.dumps(header)]
-    lines.extend(_dumps(r.line()) for r in records)
+    lines.extend(r.encoded() for r in records)
     lines.append(b"")
     return zstandard.ZstdCompressor(level=_LEVEL).compress(b"\n".join(lines))
 
@@ -128,7 +146,7 @@ def encode(records: list[Record], writer: str, seq: int) -> bytes:
 def encodable(record: Record) -> bool:
     """Whether ``record`` can be written to a log object at all."""
     try:
-        _dumps(record.line())
+        record.encoded()
         return True
     except Exception:  # noqa: BLE001 - whatever stops its encoding
         return False
