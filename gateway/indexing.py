@@ -385,14 +385,14 @@ class SearchIndex:
                 break  # commit what we have; the next step goes on from here
             records += len(obj.records)
             adds, upserts, deletes, expired = [], [], [], []
-            events: tuple[list[dict], list[dict]] = ([], [])  # added, upserted: entries made by the writer
+            events: tuple[list[BioRecord], list[BioRecord]] = ([], [])  # added, upserted
             if not fenced and any(isinstance(r, BioRecord) and r.resent for r in obj.records):
                 self._fence_waiting()
                 fenced = True
             may_add = not self._careful and obj.seq > self._fence.get(obj.writer, 0)
             for record in obj.records:
                 if isinstance(record, BioRecord):
-                    events[0 if record.fresh and may_add else 1].append(record.event)
+                    events[0 if record.fresh and may_add else 1].append(record)
                     continue
                 try:
                     change = self.sources.from_record(record)
@@ -447,11 +447,11 @@ class SearchIndex:
         for writer, seq in self.log.reader.pending(start):
             advance(self._fence, writer, seq)
 
-    def _apply(self, adds: list, upserts: list, deletes: list, event_adds: list[dict],
-               event_upserts: list[dict]) -> None:
+    def _apply(self, adds: list, upserts: list, deletes: list, event_adds: list[BioRecord],
+               event_upserts: list[BioRecord]) -> None:
         """``adds``: entries no other record holds (see ``BioRecord.fresh``), added without
         the delete an upsert does first. ``event_adds`` and ``event_upserts``: biography
-        events (log records), whose entries the writer's process makes."""
+        events, sent to the writer's process as their log lines; it makes their entries."""
         assert self._writer is not None
         if deletes:
             self._writer.delete(deletes)
@@ -461,11 +461,11 @@ class SearchIndex:
             if upserts:
                 self._writer.upsert(upserts)
             if event_upserts:
-                skipped += self._writer.upsert_records(event_upserts)[1]
+                skipped += self._writer.upsert_lines([r.encoded() for r in event_upserts])[1]
             if adds:
                 self._writer.add(adds)
             if event_adds:
-                skipped += self._writer.add_records(event_adds)[1]
+                skipped += self._writer.add_lines([r.encoded() for r in event_adds])[1]
         except (ValueError, TypeError):
             # upserts repeat harmlessly (each deletes what an earlier try added): redo them all
             # one by one, the adds as upserts too
@@ -476,12 +476,12 @@ class SearchIndex:
             log.warning("index_records_skipped", count=skipped)
         self.stats["upserts"] += len(upserts) + len(adds) + len(event_upserts) + len(event_adds) - skipped
 
-    def _event_entries(self, events: list[dict]) -> list:
+    def _event_entries(self, records: list[BioRecord]) -> list:
         """The entries of biography events, made here (the rare path: one the writer refused)."""
         entries = []
-        for event in events:
+        for record in records:
             try:
-                entries.append(event_of(event))
+                entries.append(event_of(record.event))
             except Exception as exc:  # noqa: BLE001 - one odd record must not stop the index
                 self.stats["skipped"] += 1
                 log.warning("index_record_skipped", error=exc.__class__.__name__, detail=str(exc)[:200])

@@ -84,19 +84,28 @@ class ProcessIndexWriter:
     def upsert(self, entries: Entry | Iterable[Entry]) -> int:
         if isinstance(entries, Entry):
             entries = [entries]
-        return self._batch("upsert", "entries", [_row(entry) for entry in entries])[0]
+        return self._batch("upsert", "entries", _array([_row(entry) for entry in entries]))[0]
 
     def add(self, entries: Iterable[Entry]) -> int:
-        return self._batch("add", "entries", [_row(entry) for entry in entries])[0]
+        return self._batch("add", "entries", _array([_row(entry) for entry in entries]))[0]
 
     def upsert_records(self, records: list[dict]) -> tuple[int, int]:
         """Upsert the entries ``entry_of`` makes of ``records``: (upserted, records skipped
         because no entry could be made of them)."""
-        return self._batch("upsert", "records", records)
+        return self._batch("upsert", "records", _array(records))
 
     def add_records(self, records: list[dict]) -> tuple[int, int]:
         """:meth:`add` of the entries ``entry_of`` makes of ``records`` (see :meth:`upsert_records`)."""
-        return self._batch("add", "records", records)
+        return self._batch("add", "records", _array(records))
+
+    def upsert_lines(self, lines: list[bytes]) -> tuple[int, int]:
+        """:meth:`upsert_records` of log lines (``{"v": record, ...}`` as the log writes them),
+        sent as they are: the gateway never decodes them (see ``BioRecord.raw``)."""
+        return self._batch("upsert", "lines", _joined(lines))
+
+    def add_lines(self, lines: list[bytes]) -> tuple[int, int]:
+        """:meth:`add_records` of log lines (see :meth:`upsert_lines`)."""
+        return self._batch("add", "lines", _joined(lines))
 
     def delete(self, sources: str | Iterable[str]) -> int:
         sources = [sources] if isinstance(sources, str) else list(sources)
@@ -150,13 +159,13 @@ class ProcessIndexWriter:
 
     # -- the pipe -------------------------------------------------------------------------
 
-    def _batch(self, op: str, form: str, items: list) -> tuple[int, int]:
-        """Have the child ``op`` (upsert, add) the entries of ``items``, entry rows or records
-        (``form``): (applied, records skipped)."""
-        if not items:
+    def _batch(self, op: str, form: str, items: bytes | None) -> tuple[int, int]:
+        """Have the child ``op`` (upsert, add) the entries of ``items``, a JSON array of entry
+        rows, records or log lines (``form``): (applied, records skipped)."""
+        if items is None:
             return 0, 0
         with self._lock:
-            n, skipped = self._call((op, form, orjson.dumps(items)))
+            n, skipped = self._call((op, form, items))
             self._pending += n
         return n, skipped
 
@@ -198,6 +207,14 @@ class ProcessIndexWriter:
             self._process.join(5)
 
 
+def _array(items: list) -> bytes | None:
+    return orjson.dumps(items) if items else None
+
+
+def _joined(lines: list[bytes]) -> bytes | None:
+    return b"[" + b",".join(lines) + b"]" if lines else None
+
+
 def _micros(value: datetime) -> int:
     return (value - _EPOCH) // _US
 
@@ -218,6 +235,8 @@ def _entries_of(form: str, items: list, entry_of: EntryOf | None) -> tuple[list[
     of), and how many records were skipped because no entry could be made of them."""
     if form == "entries":
         return [_entry(row) for row in items], 0
+    if form == "lines":
+        items = [line["v"] for line in items]
     if entry_of is None:
         raise ValueError("this writer was started without entry_of: it takes entries only")
     entries, skipped = [], 0

@@ -495,8 +495,13 @@ def test_the_table_path_groups_as_the_record_path_does():
     payloads[5]["tags"] = ["x", "y"]
     payloads[7]["seq"] = 3
     payloads[9]["data"] = '{"k":1}'
-    tables = stream.partitions(payloads)
+    payloads[11]["content"] = "nul \u0000, emoji \U0001f600, quote \" and \\ and \u2028 too"
+    payloads[12].update(tokens_in=2**53, tokens_out=0, model="m", role="assistant", parent_id="p",
+                        trace_id="0" * 32, span_id="1" * 16, artifact_uri="s3://b/k", redactions=2)
+    tables = stream.partitions([BioRecord(p) for p in payloads])
+    lined = stream.partitions([BioRecord.of_line(BioRecord(p).encoded()) for p in payloads])
     records = _group(stream, payloads)
+    assert lined is not None and {k: _rows(v) for k, v in lined.items()} == {k: _rows(v) for k, v in tables.items()}
     assert tables is not None and sorted(tables) == sorted(records)
     held = [frozenset({"e000004", "e000011"})]
     for partition, table in tables.items():
@@ -515,7 +520,8 @@ def test_an_odd_run_is_grouped_record_by_record(odd):
         del payloads[2]["agent"]
     else:
         payloads[3]["event_id"] = payloads[1]["event_id"]
-    assert stream.partitions(payloads) is None
+    assert stream.partitions([BioRecord(p) for p in payloads]) is None
+    assert stream.partitions([BioRecord.of_line(BioRecord(p).encoded()) for p in payloads]) is None
 
 
 def test_a_run_with_a_retry_across_midnight_keeps_the_first_copy(store):

@@ -62,26 +62,26 @@ def hits(index, session: str) -> int:
 def test_an_apply_that_fails_part_way_is_redone_without_a_second_copy(gw, monkeypatch):
     index = gw.search_index
     ingest(gw, 40, "first")
-    real_add = ProcessIndexWriter.add_records
+    real_add = ProcessIndexWriter.add_lines
 
-    def add_half_then_fail(self, records):
-        real_add(self, records[: len(records) // 2])
+    def add_half_then_fail(self, lines):
+        real_add(self, lines[: len(lines) // 2])
         raise RuntimeError("the disk hiccupped")
 
-    monkeypatch.setattr(ProcessIndexWriter, "add_records", add_half_then_fail)
+    monkeypatch.setattr(ProcessIndexWriter, "add_lines", add_half_then_fail)
     with pytest.raises(RuntimeError):
         index.step()
-    monkeypatch.setattr(ProcessIndexWriter, "add_records", real_add)
+    monkeypatch.setattr(ProcessIndexWriter, "add_lines", real_add)
     index.step()  # the same object again, its events upserted this time, then a commit
     assert hits(index, "first") == 40
     assert not index._careful  # the commit settled it: the next events are added again
     added = []
 
-    def counting_add(self, records):
-        added.extend(records)
-        return real_add(self, records)
+    def counting_add(self, lines):
+        added.extend(lines)
+        return real_add(self, lines)
 
-    monkeypatch.setattr(ProcessIndexWriter, "add_records", counting_add)
+    monkeypatch.setattr(ProcessIndexWriter, "add_lines", counting_add)
     ingest(gw, 10, "second")
     index.step()
     assert hits(index, "second") == 10 and hits(index, "first") == 40 and len(added) == 10
@@ -92,13 +92,13 @@ def test_adds_that_fail_with_a_value_error_are_redone_as_upserts_once_each(gw, m
     upserts: the events the failed batch call had added already must not stay twice."""
     index = gw.search_index
     ingest(gw, 30, "refused")
-    real_add = ProcessIndexWriter.add_records
+    real_add = ProcessIndexWriter.add_lines
 
-    def refuse_after_ten(self, records):
-        real_add(self, records[:10])
+    def refuse_after_ten(self, lines):
+        real_add(self, lines[:10])
         raise ValueError("a value Tantivy will not take")
 
-    monkeypatch.setattr(ProcessIndexWriter, "add_records", refuse_after_ten)
+    monkeypatch.setattr(ProcessIndexWriter, "add_lines", refuse_after_ten)
     index.step()
     assert hits(index, "refused") == 30
 
@@ -109,17 +109,17 @@ def fail_a_step_part_way(gw, monkeypatch) -> None:
     index = gw.search_index
     ingest(gw, 20, "applied")
     ingest(gw, 20, "unreadable")
-    real_add = ProcessIndexWriter.add_records
+    real_add = ProcessIndexWriter.add_lines
 
-    def store_fails_on_the_second(self, records):
-        if any(r.get("session") == "unreadable" for r in records):
+    def store_fails_on_the_second(self, lines):
+        if any(b'"session":"unreadable"' in line for line in lines):
             raise StoreUnavailable("the store did not answer")
-        return real_add(self, records)
+        return real_add(self, lines)
 
-    monkeypatch.setattr(ProcessIndexWriter, "add_records", store_fails_on_the_second)
+    monkeypatch.setattr(ProcessIndexWriter, "add_lines", store_fails_on_the_second)
     with pytest.raises(StoreUnavailable):
         index.step()
-    monkeypatch.setattr(ProcessIndexWriter, "add_records", real_add)
+    monkeypatch.setattr(ProcessIndexWriter, "add_lines", real_add)
 
 
 def test_a_failed_rebuild_forgets_what_was_never_committed_and_reads_it_again(gw, monkeypatch):

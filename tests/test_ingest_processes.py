@@ -169,10 +169,10 @@ def test_large_batches_through_the_gateway_read_back_redacted_and_in_order(gw):
     bio = BioClient(gw.endpoint, created["access_key"], created["secret_key"])
     before = len(gateway_children(gw))
     sessions = [f"big-{i}" for i in range(8)]
-    for session in sessions:  # the first starts the processes; later ones go through them
-        answer = bio.put_events(batch(150, session=session))
-        assert answer["count"] == 150
-    assert len(gateway_children(gw)) >= before + 2  # the index writer's is there too
+    assert bio.put_events(batch(150, session=sessions[0]))["count"] == 150  # starts the processes
+    assert wait_until(lambda: len(gateway_children(gw)) >= before + 2, timeout=60)
+    for session in sessions[1:]:  # these go through them
+        assert bio.put_events(batch(150, session=session))["count"] == 150
     for session in sessions:
         events = list(bio.iter_events(session=session))
         assert [e["event_id"] for e in events] == [f"e-{session}-{i}" for i in range(150)]

@@ -38,23 +38,20 @@ class BioStream:
     def to_table(self, payloads: list[dict[str, Any]]) -> pa.Table:
         return schema.records_to_table(payloads)
 
-    def partitions(self, payloads: list[dict[str, Any]]) -> dict[str, pa.Table] | None:
+    def partitions(self, records: list[BioRecord]) -> dict[str, pa.Table] | None:
         """A run's events by partition, each an unsorted table, made by Arrow rather than
-        record by record (which cost ~5 µs an event of the interpreter the ingest path needs).
-        None when a record is unusable or an id comes twice in the run: the compactor then
-        groups record by record, skipping the one and keeping the first of the other."""
-        table = schema.usable_records_table(payloads)
-        if table is None or pc.count_distinct(table.column("event_id")).as_py() != table.num_rows:
+        record by record (which cost ~5 µs an event of the interpreter the ingest path needs):
+        from their log lines when every record has one, else from their dicts. None when a
+        record is unusable or an id comes twice in the run: the compactor then groups record
+        by record, skipping the one and keeping the first of the other."""
+        made = _table_of(records)
+        if made is None:
             return None
-        try:  # the path names the agent; the file holds no agent column
-            agents = pa.array([p.get("agent") for p in payloads], pa.string())
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
-            return None
-        if agents.null_count:
+        table, agents = made
+        if pc.count_distinct(table.column("event_id")).as_py() != table.num_rows:
             return None
         days = pc.divide(table.column("ts").cast(pa.int64()), schema.DAY_US)
-        keyed = pa.table({"agent": agents, "day": days,
-                          "row": pa.array(range(table.num_rows), pa.int64())})
+        keyed = pa.table({"agent": agents, "day": days, "row": pa.array(range(table.num_rows), pa.int64())})
         groups = keyed.group_by(["agent", "day"], use_threads=False).aggregate([("row", "list")])
         out = {}
         for agent, day, rows in zip(groups.column("agent").to_pylist(), groups.column("day").to_pylist(),
@@ -69,6 +66,22 @@ class BioStream:
         sink = io.BytesIO()
         schema.write_table(table, sink, compression_level=schema.SETTLED_ZSTD_LEVEL if settled else None)
         return sink.getvalue()
+
+
+def _table_of(records: list[BioRecord]) -> tuple[pa.Table, pa.Array] | None:
+    """(table, agents) of a run's records, or None when one is not a usable event."""
+    lines = [r.raw for r in records]
+    if all(line is not None for line in lines):
+        return schema.lines_table(lines)
+    payloads = [r.event for r in records]
+    table = schema.usable_records_table(payloads)
+    if table is None:
+        return None
+    try:  # the path names the agent; the file holds no agent column
+        agents = pa.array([p.get("agent") for p in payloads], pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return None
+    return (table, agents) if not agents.null_count else None
 
 
 def read_events(table: pa.Table, agent: str) -> list[Event]:

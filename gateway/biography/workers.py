@@ -197,7 +197,7 @@ def _prepared(answer: tuple) -> Prepared:
     if status != "ok":
         raise IngestWorkerGone(f"an ingest process failed: {answer[1]}")
     _, lines, ids, first, others = answer
-    return Prepared([BioRecord.decoded(line) for line in lines], ids, tuple(first), others)
+    return Prepared([BioRecord.of_line(line) for line in lines], ids, tuple(first), others)
 
 
 # -- the process ------------------------------------------------------------------------------

@@ -214,9 +214,9 @@ class Compactor:
         """Write the run's segments, appending each to ``added`` as soon as it is stored (so a
         failure midway can delete them); returns the segments they replace or that expired."""
         removed: list[Segment] = []
-        for stream_name, payloads in batches.items():
+        for stream_name, records in batches.items():
             stream = self.streams[stream_name]
-            for partition, items in _partitions(stream, payloads).items():
+            for partition, items in _partitions(stream, records).items():
                 new, old = self._compact_partition(stream, manifest, partition, items, now)
                 added += new
                 removed += old
@@ -248,6 +248,7 @@ class Compactor:
         return True
 
     def _read_log(self, start: Positions, result: RunResult) -> tuple[Positions, dict[str, list]]:
+        """The records past ``start``, by stream, and the positions they reach."""
         live = set(self.log.reader.writers())
         # a writer with no objects left can be forgotten: everything it wrote was collected
         positions = {w: s for w, s in start.items() if w in live}
@@ -256,7 +257,7 @@ class Compactor:
             for record in obj.records:
                 stream = self._by_type.get(type(record))
                 if stream is not None:
-                    batches[stream.name].append(stream.payload(record))
+                    batches[stream.name].append(record)
             advance(positions, obj.writer, obj.seq)
             result.records += len(obj.records)
             result.log_objects += 1
@@ -372,12 +373,12 @@ def _lasts(table: pa.Table) -> bool:
     return table.nbytes >= SMALL_BYTES * ARROW_PER_PARQUET_BYTE
 
 
-def _partitions(stream: Stream, payloads: list[dict]) -> dict[str, pa.Table] | dict[str, list[dict]]:
+def _partitions(stream: Stream, records: list) -> dict[str, pa.Table] | dict[str, list[dict]]:
     """A run's records by partition: tables made by the stream in one go where it can
-    (see ``BioStream.partitions``), else record by record."""
+    (see ``BioStream.partitions``), else their payloads record by record."""
     whole = getattr(stream, "partitions", None)
-    tables = whole(payloads) if whole is not None else None
-    return tables if tables is not None else _group(stream, payloads)
+    tables = whole(records) if whole is not None else None
+    return tables if tables is not None else _group(stream, [stream.payload(r) for r in records])
 
 
 def _unheld(stream: Stream, table: pa.Table, held: list[frozenset[str]]) -> pa.Table | None:
