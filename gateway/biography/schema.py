@@ -161,7 +161,9 @@ _TS = pa.timestamp("us", tz="UTC")
 def lines_table(lines: list[bytes]) -> tuple[pa.Table, pa.Array] | None:
     """Log lines of biography events as (:data:`EVENT_SCHEMA` table, agents), unsorted, parsed
     by Arrow's JSON reader straight from the bytes (no Python object per event, and no GIL);
-    None when some line is not a usable event (see :func:`usable_records_table`)."""
+    None when some line is not a usable event (a required field missing or null, a value of
+    the wrong type): the caller then goes record by record to find and skip it, which ingest
+    makes rare."""
     data = b"\n".join(lines)
     try:
         parsed = pj.read_json(pa.BufferReader(data),
@@ -180,19 +182,6 @@ def lines_table(lines: list[bytes]) -> tuple[pa.Table, pa.Array] | None:
     if agents.null_count or any(table.column(name).null_count for name in REQUIRED_FIELDS):
         return None
     return _with_defaults(table).cast(EVENT_SCHEMA), agents
-
-
-def usable_records_table(records: list[dict]) -> pa.Table | None:
-    """:func:`records_table`, or None when some record is not a usable event (a required
-    field missing or null, a value of the wrong type): the caller then goes record by record
-    to find and skip it, which ingest makes rare."""
-    try:
-        table = pa.Table.from_struct_array(pa.array(records, type=_RECORD_STRUCT))
-    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
-        return None
-    if any(table.column(name).null_count for name in REQUIRED_FIELDS):
-        return None
-    return _with_defaults(table).cast(EVENT_SCHEMA)
 
 
 def _with_defaults(table: pa.Table) -> pa.Table:

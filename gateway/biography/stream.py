@@ -40,11 +40,11 @@ class BioStream:
 
     def partitions(self, records: list[BioRecord]) -> dict[str, pa.Table] | None:
         """A run's events by partition, each an unsorted table, made by Arrow rather than
-        record by record (which cost ~5 µs an event of the interpreter the ingest path needs):
-        from their log lines when every record has one, else from their dicts. None when a
+        record by record (which cost ~5 µs an event of the interpreter the ingest path needs),
+        from their log lines (as an ingest process left them, else encoded here). None when a
         record is unusable or an id comes twice in the run: the compactor then groups record
         by record, skipping the one and keeping the first of the other."""
-        made = _table_of(records)
+        made = schema.lines_table([r.encoded() for r in records])
         if made is None:
             return None
         table, agents = made
@@ -66,22 +66,6 @@ class BioStream:
         sink = io.BytesIO()
         schema.write_table(table, sink, compression_level=schema.SETTLED_ZSTD_LEVEL if settled else None)
         return sink.getvalue()
-
-
-def _table_of(records: list[BioRecord]) -> tuple[pa.Table, pa.Array] | None:
-    """(table, agents) of a run's records, or None when one is not a usable event."""
-    lines = [r.raw for r in records]
-    if all(line is not None for line in lines):
-        return schema.lines_table(lines)
-    payloads = [r.event for r in records]
-    table = schema.usable_records_table(payloads)
-    if table is None:
-        return None
-    try:  # the path names the agent; the file holds no agent column
-        agents = pa.array([p.get("agent") for p in payloads], pa.string())
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return None
-    return (table, agents) if not agents.null_count else None
 
 
 def read_events(table: pa.Table, agent: str) -> list[Event]:
