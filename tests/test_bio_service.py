@@ -169,3 +169,15 @@ def test_large_events_hold_a_slot_each_not_a_thousand_at_a_time(gw, monkeypatch)
     ids = gw.biographies.ingest(validate_batch(body, caller="agent-1", now_us=int(time.time() * 1e6),
                                                max_body=16 << 20))
     assert len(ids) == 7 and holds == [1, 1, 1, 4]
+
+
+def test_background_compaction_runs_below_requests_in_cpu_priority(gw):
+    import os
+
+    own = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        niced = gw.compaction_thread.submit(os.getpriority, os.PRIO_PROCESS, 0).result(10)
+    finally:
+        gw.compaction_thread.shutdown(wait=True)
+    assert niced == min(19, own + 10)
+    assert os.getpriority(os.PRIO_PROCESS, 0) == own  # the caller's own priority is untouched

@@ -279,7 +279,7 @@ class Compactor:
         small = [s for s in existing if s.bytes < SMALL_BYTES]
         merged: list[Segment] = []
         if len(small) + 1 >= MERGE_AT:
-            tables = [self.files.table(s.key) for s in small] + [table]
+            tables = [self.files.table(s.key, use_threads=False) for s in small] + [table]
             table = stream.sort(pa.concat_tables(tables, promote_options="default"))
             merged = small
         return [self._write(stream, partition, table, now)], merged
@@ -297,7 +297,8 @@ class Compactor:
     def _segment_ids(self, stream: Stream, segment: Segment) -> frozenset[str]:
         ids = self._ids.get(segment.key)
         if ids is None:
-            ids = frozenset(self.files.table(segment.key, [stream.id_column])[stream.id_column].to_pylist())
+            ids = frozenset(self.files.table(segment.key, [stream.id_column], use_threads=False)
+                            [stream.id_column].to_pylist())
             self._ids[segment.key] = ids
         return ids
 

@@ -63,8 +63,11 @@ class SegmentFiles:
         self._remember(key, found[0])
         return found[0]
 
-    def table(self, key: str, columns: list[str] | None = None) -> pa.Table:
-        return pq.read_table(pa.BufferReader(self.read(key)), columns=columns)
+    def table(self, key: str, columns: list[str] | None = None, use_threads: bool = True) -> pa.Table:
+        """A segment's table; ``use_threads=False`` decodes it in the calling thread (the
+        compactor's, which runs below requests in priority and must not lend that to Arrow's
+        thread pool, whose threads keep the priority of the thread that started them)."""
+        return pq.read_table(pa.BufferReader(self.read(key)), columns=columns, use_threads=use_threads)
 
     def delete(self, key: str) -> None:
         try:
