@@ -237,16 +237,25 @@ def decode(data: bytes, writer: str, seq: int) -> list[Record]:
         if header.get("writer") != writer or header.get("seq") != seq:
             raise LogFormatError(f"log object {writer}/{seq} claims to be "
                                  f"{header.get('writer')}/{header.get('seq')}")
-        body = [orjson.loads(line) for line in lines[1:] if line]
+        raw = [line for line in lines[1:] if line]
+        body = [orjson.loads(line) for line in raw]
         if len(body) != header.get("count"):
             raise LogFormatError(f"log object {writer}/{seq} holds {len(body)} of its "
                                  f"{header.get('count')} records")
-        records = [KINDS[item["k"]].from_line(item) for item in body]
+        records = [_record(item, line) for item, line in zip(body, raw, strict=True)]
     except (orjson.JSONDecodeError, KeyError, TypeError, AttributeError) as exc:
         raise LogFormatError(f"log object {writer}/{seq} is damaged: {exc!r}") from None
     if header.get("ids_marked") is not True:
         records = [_unmarked(r) for r in records]
     return records
+
+
+def _record(item: dict[str, Any], line: bytes) -> Record:
+    """A decoded line's record; a biography record keeps its line, which compaction and the
+    search index read as it is (rather than encoding the record again)."""
+    if item["k"] == "bio":
+        return BioRecord(item["v"], item.get("fresh") is True, item.get("resent") is True, line)
+    return KINDS[item["k"]].from_line(item)
 
 
 def _unmarked(record: Record) -> Record:

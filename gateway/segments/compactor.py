@@ -383,15 +383,15 @@ def _partitions(stream: Stream, records: list) -> dict[str, pa.Table] | dict[str
 
 
 def _unheld(stream: Stream, table: pa.Table, held: list[frozenset[str]]) -> pa.Table | None:
-    """The rows of a partition's table (ids unique) whose id no segment in ``held`` has, in
-    segment order; None if there are none."""
+    """The rows of a partition's table (in segment order, ids unique) whose id no segment in
+    ``held`` has; None if there are none."""
     if held:
         ids = table.column(stream.id_column).to_pylist()
         repeated = [ident for ident in ids if any(ident in h for h in held)]
         if repeated:
             table = table.filter(pc.invert(pc.is_in(table.column(stream.id_column),
                                                     value_set=pa.array(repeated, pa.string()))))
-    return stream.sort(table) if table.num_rows else None
+    return table if table.num_rows else None
 
 
 def _unheld_payloads(stream: Stream, payloads: list[dict], held: list[frozenset[str]]) -> pa.Table | None:
