@@ -235,8 +235,8 @@ def _entries_of(form: str, items: list, entry_of: EntryOf | None) -> tuple[list[
     of), and how many records were skipped because no entry could be made of them."""
     if form == "entries":
         return [_entry(row) for row in items], 0
-    if form == "lines":
-        items = [line["v"] for line in items]
+    if form == "lines":  # a line without its record is skipped below, as an odd record is
+        items = [line.get("v") if isinstance(line, dict) else None for line in items]
     if entry_of is None:
         raise ValueError("this writer was started without entry_of: it takes entries only")
     entries, skipped = [], 0

@@ -175,3 +175,16 @@ def test_times_at_the_edges_of_the_index_survive(writer):
     writer.commit()
     times = sorted(datetime.fromisoformat(h.time) for h in IndexSearcher(writer.index).search("edge", tokens=["agent:agent-a"]).hits)
     assert times == [datetime(1970, 1, 1, tzinfo=UTC), WHEN + timedelta(days=3650)]
+
+
+def test_log_lines_become_entries_in_the_child_and_odd_ones_are_skipped(writer):
+    """The pipeline sends a biography record as its log line (the bytes the log holds)."""
+    from gateway.log import BioRecord
+
+    body = b"\n".join(orjson.dumps({"session": "s", "kind": "note", "content": f"wombat {i}"}) for i in range(4))
+    events = validate_batch(body, caller="agent-c", now_us=1_796_000_000_000_000)
+    lines = [BioRecord(e.to_record(), fresh=True).encoded() for e in events]
+    assert writer.add_lines(lines[:2]) == (2, 0)
+    assert writer.upsert_lines(lines[2:] + [b'{"k":"bio"}', b'{"k":"bio","v":{"no":"agent"}}']) == (2, 2)
+    writer.commit()
+    assert count(writer, "wombat", tokens=[ROOT_TOKEN]) == 4
