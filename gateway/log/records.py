@@ -45,10 +45,11 @@ class BioRecord:
     one (a re-import of an export, a retry with the ids an answer gave); the search index
     then upserts everything waiting in the log, where that fresh record may still be.
 
-    ``raw``: the record's log line, when an ingest process encoded it (:meth:`of_line`). The
-    line is written as it is, and :attr:`event` is decoded from it only when asked for: the
-    compactor and the search index read such records from their lines, so on the ingest path
-    a gateway never turns them into Python objects (~6 µs an event for an agent transcript).
+    ``raw``: the record's log line, when an ingest process encoded it (:meth:`of_line`) or it
+    was read from a log object. Such a line is written as it is, and :attr:`event` is decoded
+    from it only when asked for: the compactor and the search index read records as lines, so
+    on the ingest path a gateway never turns them into Python objects (~6 µs an event for an
+    agent transcript). ``raw`` always says what ``event``, ``fresh`` and ``resent`` say.
     """
 
     __slots__ = ("_event", "fresh", "resent", "raw")
