@@ -215,3 +215,15 @@ def test_the_gateway_ends_its_ingest_processes_when_it_stops(tmp_path):
         gateway.stop()
     wait_until(lambda: not [p for p in children if Path(f"/proc/{p}").exists()
                             and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2]], timeout=30)
+
+
+def test_an_uploaded_object_gets_the_same_derived_ids_there_as_here(pool):
+    """An NDJSON object put into the biographies bucket: its limits and its id namespace travel
+    with it, so a retried upload derives the same ids wherever it is prepared."""
+    body = b"\n".join(orjson.dumps({"session": "up", "kind": "note", "content": "y" * 300}) for _ in range(80))
+    ready(pool, body)
+    limits = {"id_namespace": "s3:biographies/run-1.ndjson", "max_body": 256 << 20, "max_events": 1_000_000}
+    there = pool.prepare(body, "agent-1", NOW, **limits)
+    here = Preparer(Redactor(KEY)).prepare(body, "agent-1", NOW, **limits)
+    assert there is not None and there.ids == here.ids and len(set(there.ids)) == 80
+    assert not any(r.fresh for r in there.records)  # derived, not fresh: a retry repeats them

@@ -15,6 +15,7 @@ import threading
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from ..log import BioRecord
 from .events import Event, validate_batch
@@ -96,10 +97,12 @@ class Preparer:
     def __init__(self, redactor: Redactor) -> None:
         self.redactor = redactor
 
-    def prepare(self, body: bytes, caller: str, now_us: int) -> Prepared:
-        """The records of a ``POST /v1/events`` body; raises :class:`~.events.EventError`."""
+    def prepare(self, body: bytes, caller: str, now_us: int, **limits: Any) -> Prepared:
+        """The records of a batch (a ``POST /v1/events`` body, an uploaded NDJSON object);
+        ``limits``: :func:`~.events.validate_batch`'s ``id_namespace``, ``max_body`` and
+        ``max_events``. Raises :class:`~.events.EventError`."""
         with INGEST_SLOTS:
-            events = validate_batch(body, caller=caller, now_us=now_us)
+            events = validate_batch(body, caller=caller, now_us=now_us, **limits)
         first = (events[0].agent, events[0].session)
         others = sorted({(e.agent, e.session) for e in events[1:]})
         return Prepared(self.records(events), [e.event_id for e in events], first, others)

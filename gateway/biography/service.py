@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -91,22 +92,26 @@ class Biographies:
 
     # -- writing --------------------------------------------------------------
 
-    def prepare(self, body: bytes, caller: str, now_us: int) -> Prepared:
-        """A ``POST /v1/events`` body's records, ready for :meth:`append`: prepared by an
-        ingest process when the body is large enough to be worth one (see :mod:`.workers`),
-        else here. Raises :class:`~.events.EventError` for an invalid batch."""
+    def prepare(self, body: bytes, caller: str, now_us: int, **limits: Any) -> Prepared:
+        """A batch's records, ready for :meth:`append` (``limits``: see
+        :meth:`Preparer.prepare`): prepared by an ingest process when the body is large enough
+        to be worth one (see :mod:`.workers`), else here. Raises :class:`~.events.EventError`
+        for an invalid batch."""
         if self.workers is not None and len(body) >= MIN_BODY:
             try:
-                prepared = self.workers.prepare(body, caller, now_us)
+                prepared = self.workers.prepare(body, caller, now_us, **limits)
             except IngestWorkerGone:
                 prepared = None
             if prepared is not None:
                 return prepared
-        return self.preparer.prepare(body, caller, now_us)
+        return self.preparer.prepare(body, caller, now_us, **limits)
 
     def append(self, prepared: Prepared) -> list[str]:
-        """Append a prepared batch; returns once it is durable (its ids)."""
-        self.log.append(prepared.records)
+        """Append a prepared batch; returns once it is durable (its ids). A very large batch
+        (an NDJSON object from S3) is appended in slices; should the log fail midway, a retry
+        is harmless: ids are stable and duplicates collapse."""
+        for start in range(0, len(prepared.records), INGEST_SLICE):
+            self.log.append(prepared.records[start:start + INGEST_SLICE])
         return prepared.ids
 
     def ingest(self, events: list[Event]) -> list[str]:

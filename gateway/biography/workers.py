@@ -110,10 +110,11 @@ class IngestWorkers:
             self._values = list(values)
             self._values_version += 1
 
-    def prepare(self, body: bytes, caller: str, now_us: int) -> Prepared | None:
-        """The batch's records, prepared by an ingest process; raises :class:`EventError` for
-        an invalid batch, as in-process preparation does; ``None``: no process is ready, or
-        the one that had the batch stopped."""
+    def prepare(self, body: bytes, caller: str, now_us: int, **limits: Any) -> Prepared | None:
+        """The batch's records, prepared by an ingest process (``limits`` as for
+        :meth:`Preparer.prepare`); raises :class:`EventError` for an invalid batch, as
+        in-process preparation does; ``None``: no process is ready, or the one that had the
+        batch stopped."""
         with self._cond:
             while not self._idle and self._ready and not self._closed:
                 self._cond.wait()
@@ -127,7 +128,7 @@ class IngestWorkers:
             self._start()
             return None
         try:
-            answer = worker.call(("prepare", body, caller, now_us, values))
+            answer = worker.call(("prepare", body, caller, now_us, limits, values))
         except IngestWorkerGone as exc:
             self._lost(worker, exc)
             return None
@@ -221,11 +222,11 @@ def _serve(conn: Any, key: bytes) -> None:
 def _answer(preparer: Preparer, request: tuple) -> tuple:
     if request[0] == "ping":
         return ("pong",)
-    _, body, caller, now_us, values = request
+    _, body, caller, now_us, limits, values = request
     if values is not None:
         preparer.redactor.replace_values(values)
     try:
-        p = preparer.prepare(body, caller, now_us)
+        p = preparer.prepare(body, caller, now_us, **limits)
     except EventError as exc:
         return ("invalid", exc.line, exc.field, exc.message)
     except Exception as exc:  # noqa: BLE001 - its type only: a message may quote event text

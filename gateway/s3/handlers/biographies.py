@@ -230,16 +230,16 @@ def _ingest(ctx: S3Context, req: Request, staged: Request) -> None:
                           "split it into several objects.")
         namespace = f"s3:{BUCKET}/{req.key}"
         try:
-            batch = ev.validate_batch(
-                body, caller=req.principal.name, now_us=int(time.time() * 1_000_000),
-                id_namespace=namespace, max_body=MAX_OBJECT, max_events=MAX_OBJECT_EVENTS)
+            batch = _service(ctx).prepare(body, req.principal.name, int(time.time() * 1_000_000),
+                                          id_namespace=namespace, max_body=MAX_OBJECT,
+                                          max_events=MAX_OBJECT_EVENTS)
         except ev.EventError as exc:
             raise S3Error("InvalidArgument", f"{exc}; no event of this object was stored.") from None
-        for agent, session in sorted({(e.agent, e.session) for e in batch}):
+        for agent, session in sorted({batch.first, *batch.others}):
             if not req.permits("bio:PutEvents", f"{ARN}{agent}/{session}"):
                 raise S3Error("AccessDenied", f"You may not write events for {agent}/{session} "
                               f"(bio:PutEvents on {ARN}{agent}/{session}); no event was stored.")
-        _service(ctx).ingest(batch)
+        _service(ctx).append(batch)
     finally:
         try:
             ctx.store.delete_object(INTERNAL_BUCKET, staged.key)
