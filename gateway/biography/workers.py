@@ -7,8 +7,9 @@ Python per event, so a gateway that did it in its request threads could not ackn
 much over 20,000 events/s however many cores it had, and its event loop, log writer and
 compactor queued behind the batches for the interpreter. Here a request thread hands the
 body to an ingest process down a pipe and waits (without the GIL) for the records, each
-with its log line already encoded; the gateway only decodes the lines for its log cache
-(~2 µs an event) and writes them.
+as its log line, encoded there. The gateway writes the lines as they are and keeps them as
+lines (see ``BioRecord.raw``): on the ingest path it never turns an event into Python
+objects.
 
 The processes run :class:`~.prepare.Preparer`, the code the request threads run, with the
 same redaction key and the vault's values, so a body becomes the same records either way.
@@ -33,8 +34,9 @@ from .redact import Redactor
 #: Bodies smaller than this are prepared in the request's thread: a round trip to a process
 #: costs ~100 µs, more than a few events take to prepare.
 MIN_BODY = 16 * 1024
-#: Seconds a process may take to prepare one batch (16 MiB of text dense with secrets).
-TIMEOUT = 120.0
+#: Seconds a process may take to prepare one batch: a 256 MiB object put into the
+#: biographies bucket, of text dense with credential keywords, redacts at a few MB/s.
+TIMEOUT = 600.0
 #: Processes that stopped before the gateway gives up on them and prepares everything itself.
 MAX_RESTARTS = 3
 
