@@ -488,7 +488,7 @@ def _rows(table) -> list[dict]:
 def test_the_table_path_groups_as_the_record_path_does():
     """A run's events by partition made by Arrow in one go: the same rows, in the same
     segment order, as the record-by-record path (kept for the odd run)."""
-    from gateway.segments.compactor import _group, _unheld, _unheld_payloads
+    from gateway.segments.compactor import _first_of_each, _group, _unheld
 
     stream = BioStream()
     payloads = [event(i, agent="a" if i % 3 else "b", day=i % 2, session=f"s{i % 4}") for i in range(90)]
@@ -504,8 +504,13 @@ def test_the_table_path_groups_as_the_record_path_does():
     assert lined is not None and {k: _rows(v) for k, v in lined.items()} == {k: _rows(v) for k, v in tables.items()}
     assert tables is not None and sorted(tables) == sorted(records)
     held = [frozenset({"e000004", "e000011"})]
+    kept = 0
     for partition, table in tables.items():
-        assert _rows(_unheld(stream, table, held)) == _rows(_unheld_payloads(stream, records[partition], held))
+        one_by_one = stream.to_table(_first_of_each(stream, records[partition]))
+        assert _rows(table) == _rows(one_by_one)
+        assert _rows(_unheld(stream, table, held)) == _rows(_unheld(stream, one_by_one, held))
+        kept += _unheld(stream, table, held).num_rows
+    assert kept == 88  # the two held ids dropped, nothing else
 
 
 @pytest.mark.parametrize("odd", ["missing session", "ts a string", "agent missing", "an id twice"])

@@ -55,18 +55,13 @@ class BioStream:
         keyed = table.append_column(_AGENT, agents).append_column(_DAY, days)
         keyed = keyed.take(pc.sort_indices(keyed, sort_keys=[(_AGENT, "ascending"), (_DAY, "ascending")]
                                            + schema.SORT_KEYS))
-        # groups come out in the order they first appear (the sorted order): counts are offsets
+        # each (agent, day) with its row count, in the same order: the counts are the offsets
         groups = keyed.select([_AGENT, _DAY]).group_by([_AGENT, _DAY], use_threads=False) \
-            .aggregate([(_DAY, "count")])
+            .aggregate([(_DAY, "count")]).sort_by([(_AGENT, "ascending"), (_DAY, "ascending")])
         out, start = {}, 0
         table = keyed.drop_columns([_AGENT, _DAY])
-        agents, days = keyed.column(_AGENT), keyed.column(_DAY)
         for agent, day, count in zip(groups.column(_AGENT).to_pylist(), groups.column(_DAY).to_pylist(),
                                      groups.column(f"{_DAY}_count").to_pylist(), strict=True):
-            last = start + count - 1
-            if (agents[start].as_py(), days[start].as_py(), agents[last].as_py(), days[last].as_py()) \
-                    != (agent, day, agent, day):  # pragma: no cover - an Arrow that ordered groups otherwise
-                return None
             out[partition(agent, schema.date_of(day * schema.DAY_US))] = table.slice(start, count)
             start += count
         return out

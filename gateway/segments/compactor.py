@@ -216,8 +216,8 @@ class Compactor:
         removed: list[Segment] = []
         for stream_name, records in batches.items():
             stream = self.streams[stream_name]
-            for partition, items in _partitions(stream, records).items():
-                new, old = self._compact_partition(stream, manifest, partition, items, now)
+            for partition, table in _partitions(stream, records).items():
+                new, old = self._compact_partition(stream, manifest, partition, table, now)
                 added += new
                 removed += old
         expired = self._expired_by_retention(manifest.segments, now)
@@ -266,14 +266,11 @@ class Compactor:
         return positions, batches
 
     def _compact_partition(self, stream: Stream, manifest: Manifest, partition: str,
-                           items: list[dict] | pa.Table, now: float) -> tuple[list[Segment], list[Segment]]:
+                           table: pa.Table, now: float) -> tuple[list[Segment], list[Segment]]:
         existing = manifest.of(stream.name, partition)
         neighbours = self._neighbours(stream, manifest, partition)
         held = [self._segment_ids(stream, s) for s in existing + neighbours]
-        if isinstance(items, pa.Table):
-            table = _unheld(stream, items, held)
-        else:
-            table = _unheld_payloads(stream, items, held)
+        table = _unheld(stream, table, held)
         if table is None:
             return [], []
         small = [s for s in existing if s.bytes < SMALL_BYTES]
@@ -374,12 +371,27 @@ def _lasts(table: pa.Table) -> bool:
     return table.nbytes >= SMALL_BYTES * ARROW_PER_PARQUET_BYTE
 
 
-def _partitions(stream: Stream, records: list) -> dict[str, pa.Table] | dict[str, list[dict]]:
-    """A run's records by partition: tables made by the stream in one go where it can
-    (see ``BioStream.partitions``), else their payloads record by record."""
-    whole = getattr(stream, "partitions", None)
-    tables = whole(records) if whole is not None else None
-    return tables if tables is not None else _group(stream, [stream.payload(r) for r in records])
+def _partitions(stream: Stream, records: list) -> dict[str, pa.Table]:
+    """A run's records as a table per partition, in segment order, each id once: made by the
+    stream in one go where it can (see ``BioStream.partitions``), else record by record."""
+    tables = stream.partitions(records)
+    if tables is not None:
+        return tables
+    grouped = _group(stream, [stream.payload(r) for r in records])
+    return {partition: stream.to_table(_first_of_each(stream, payloads))
+            for partition, payloads in grouped.items()}
+
+
+def _first_of_each(stream: Stream, payloads: list[dict]) -> list[dict]:
+    """``payloads`` with each id's first one only."""
+    seen: set[str] = set()
+    first = []
+    for payload in payloads:
+        ident = stream.id_of(payload)
+        if ident not in seen:
+            seen.add(ident)
+            first.append(payload)
+    return first
 
 
 def _unheld(stream: Stream, table: pa.Table, held: list[frozenset[str]]) -> pa.Table | None:
@@ -392,18 +404,6 @@ def _unheld(stream: Stream, table: pa.Table, held: list[frozenset[str]]) -> pa.T
             table = table.filter(pc.invert(pc.is_in(table.column(stream.id_column),
                                                     value_set=pa.array(repeated, pa.string()))))
     return table if table.num_rows else None
-
-
-def _unheld_payloads(stream: Stream, payloads: list[dict], held: list[frozenset[str]]) -> pa.Table | None:
-    """:func:`_unheld` of records one by one (the first of an id kept), as a table."""
-    seen: set[str] = set()
-    fresh = []
-    for payload in payloads:
-        ident = stream.id_of(payload)
-        if ident not in seen and not any(ident in ids for ids in held):
-            seen.add(ident)
-            fresh.append(payload)
-    return stream.to_table(fresh) if fresh else None
 
 
 def _group(stream: Stream, payloads: list[dict]) -> dict[str, list[dict]]:
